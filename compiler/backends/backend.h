@@ -1,0 +1,41 @@
+/* compiler/backends/backend.h — the one vtable every backend implements (ref, cpu, cuda,
+ * opencl, metal). Optional entries may be NULL; capabilities are asked, never assumed.
+ * Buffers are opaque device allocations; a prepared executable is whatever the backend
+ * made of a graph (an interpreter plan, a shared object, CUDA modules...). */
+#ifndef LUMEN_BACKEND_H
+#define LUMEN_BACKEND_H
+
+#include "graph-impl.h"
+
+/* Everything a run needs, indexed like the graph's inputs and outputs. */
+typedef struct lm_run_args {
+  const int64_t *syms;  /* value of every symbol of the graph */
+  void *const *inputs;  /* one buffer per graph input */
+  void *const *outputs; /* one buffer per graph output */
+  uint64_t seed, run;   /* RAND key and run counter */
+} lm_run_args;
+
+typedef struct lm_backend_ops {
+  const char *name;
+  const char *description;
+  /* Opens the device; an error here means "not available on this machine" and says why. */
+  lm_status (*open)(void **ctx);
+  void (*close)(void *ctx);
+  lm_status (*alloc)(void *ctx, size_t bytes, void **buf);
+  void (*release)(void *ctx, void *buf);
+  lm_status (*write)(void *ctx, void *buf, const void *src, size_t bytes);
+  lm_status (*read)(void *ctx, const void *buf, void *dst, size_t bytes);
+  lm_status (*fill_zero)(void *ctx, void *buf, size_t bytes);
+  /* Prepares a validated graph (owned by the program, which outlives the executable).
+   * Symbols are not bound yet: nothing may depend on their values. */
+  lm_status (*prepare)(void *ctx, lm_graph_t *g, void **exe);
+  void (*unprepare)(void *ctx, void *exe);
+  /* Computes every output, then applies every assign (reads see the old values). */
+  lm_status (*run)(void *ctx, void *exe, const lm_run_args *args);
+  lm_status (*sync)(void *ctx);
+} lm_backend_ops;
+
+extern const lm_backend_ops lm_backend_ref;
+extern const lm_backend_ops lm_backend_cpu;
+
+#endif

@@ -1,0 +1,234 @@
+/* compiler/backends/cpu.c — the cpu backend: canonicalise, lower with the default schedule,
+ * render C, build a shared object with the system compiler (cached), and run the plan's
+ * kernels in order on a static thread pool. Each kernel's outer parallel loop is split
+ * into contiguous chunks, so results do not depend on the thread count. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend.h"
+#include "cc.h"
+#include "memplan.h"
+#include "passes.h"
+#include "pool.h"
+#include "render.h"
+
+typedef void (*kernel_fn)(float *const *B, const int64_t *S, const uint64_t *R, int64_t start, int64_t end);
+
+typedef struct cpu_ctx {
+  lm_cc *cc;
+  lm_pool *pool;
+} cpu_ctx;
+
+typedef struct cpu_exe {
+  lm_graph_t *g; /* canonical graph (owned) */
+  lm_plan *plan;
+  lm_cc_lib *lib;
+  kernel_fn *fns;
+  lm_layout layout;
+  int64_t *layout_syms; /* symbol values the layout was computed for */
+  int have_layout;
+  char *arena;
+  size_t arena_cap;
+  float **bufs;
+} cpu_exe;
+
+static lm_status cpu_open(void **out) {
+  cpu_ctx *c = lm_calloc(1, sizeof *c);
+  if (!c) return LM_ERR_NOMEM;
+  lm_status st = lm_cc_open(&c->cc);
+  if (st == LM_OK) st = lm_pool_new(0, &c->pool);
+  if (st != LM_OK) {
+    if (c->cc) lm_cc_close(c->cc);
+    lm_free(c);
+    return st;
+  }
+  *out = c;
+  return LM_OK;
+}
+
+static void cpu_close(void *ctx) {
+  cpu_ctx *c = ctx;
+  if (!c) return;
+  lm_pool_free(c->pool);
+  lm_cc_close(c->cc);
+  lm_free(c);
+}
+
+static lm_status cpu_alloc(void *ctx, size_t bytes, void **buf) {
+  (void)ctx;
+  *buf = lm_malloc(bytes);
+  return *buf ? LM_OK : LM_ERR_NOMEM;
+}
+static void cpu_release(void *ctx, void *buf) {
+  (void)ctx;
+  lm_free(buf);
+}
+static lm_status cpu_write(void *ctx, void *buf, const void *src, size_t bytes) {
+  (void)ctx;
+  memcpy(buf, src, bytes);
+  return LM_OK;
+}
+static lm_status cpu_read(void *ctx, const void *buf, void *dst, size_t bytes) {
+  (void)ctx;
+  memcpy(dst, buf, bytes);
+  return LM_OK;
+}
+static lm_status cpu_zero(void *ctx, void *buf, size_t bytes) {
+  (void)ctx;
+  memset(buf, 0, bytes);
+  return LM_OK;
+}
+
+static void cpu_unprepare(void *ctx, void *p) {
+  (void)ctx;
+  cpu_exe *x = p;
+  if (!x) return;
+  if (x->lib) lm_cc_lib_close(x->lib);
+  lm_plan_free(x->plan);
+  lm_graph_free(x->g);
+  lm_layout_free(&x->layout);
+  lm_free(x->layout_syms);
+  lm_free(x->fns);
+  lm_free(x->arena);
+  lm_free(x->bufs);
+  lm_free(x);
+}
+
+/* LUMEN_DUMP=dir: every generated translation unit is written there. */
+static void dump_source(const char *src, const lm_plan *plan) {
+  const char *dir = getenv("LUMEN_DUMP");
+  if (!dir || !*dir) return;
+  mkdir(dir, 0777);
+  char path[4096];
+  uint64_t h = lm_hash_bytes(src, strlen(src), 0);
+  snprintf(path, sizeof path, "%s/cpu-%016llx.c", dir, (unsigned long long)h);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(src, f);
+  lm_sb sb = {0};
+  lm_plan_dump(plan, &sb);
+  if (sb.s) fprintf(f, "\n/* loop IR:\n%s*/\n", sb.s);
+  lm_sb_free(&sb);
+  fclose(f);
+}
+
+static lm_status cpu_prepare(void *ctx, lm_graph_t *g, void **out) {
+  cpu_ctx *c = ctx;
+  cpu_exe *x = lm_calloc(1, sizeof *x);
+  if (!x) return LM_ERR_NOMEM;
+  lm_status st = LM_ERR_NOMEM;
+  char *src = NULL;
+  x->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL); /* rewrites that change rounding are for search */
+  if (!x->g) {
+    st = LM_ERR_INVALID;
+    goto fail;
+  }
+  if ((st = lm_lower(x->g, &x->plan)) != LM_OK) goto fail;
+  st = LM_ERR_NOMEM;
+  if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
+  dump_source(src, x->plan);
+  if ((st = lm_cc_build(c->cc, src, &x->lib)) != LM_OK) goto fail;
+  x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
+  x->bufs = lm_calloc(x->plan->nbufs + 1, sizeof *x->bufs);
+  x->layout_syms = lm_calloc(x->g->x.nsyms + 1, sizeof *x->layout_syms);
+  st = LM_ERR_NOMEM;
+  if (!x->fns || !x->bufs || !x->layout_syms) goto fail;
+  for (size_t i = 0; i < x->plan->nkernels; i++) {
+    void *sym = lm_cc_sym(x->lib, x->plan->kernels[i].name);
+    if (!sym) {
+      st = LM_ERR_COMPILE;
+      goto fail;
+    }
+    memcpy(&x->fns[i], &sym, sizeof sym); /* object pointer -> function pointer, as dlsym requires */
+  }
+  lm_free(src);
+  *out = x;
+  return LM_OK;
+fail:
+  lm_free(src);
+  cpu_unprepare(ctx, x);
+  return st;
+}
+
+/* Chunks of a one-loop kernel are whole blocks of BLOCK iterations: the compiler vectorises
+ * that loop, and libmvec's SIMD math differs from scalar libm in the last bits, so chunk
+ * borders must fall where every thread count puts the same elements in vector lanes. */
+enum { BLOCK = 64 };
+
+typedef struct launch {
+  kernel_fn fn;
+  float *const *bufs;
+  const int64_t *syms;
+  const uint64_t *rng;
+  int64_t unit, n;
+} launch;
+
+static void run_chunk(void *arg, int64_t start, int64_t end) {
+  const launch *l = arg;
+  int64_t s = start * l->unit, e = end * l->unit;
+  l->fn(l->bufs, l->syms, l->rng, s, e < l->n ? e : l->n);
+}
+
+static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
+  cpu_ctx *c = ctx;
+  cpu_exe *x = p;
+  const lm_plan *plan = x->plan;
+  size_t ns = x->g->x.nsyms;
+  if (!x->have_layout || (ns && memcmp(x->layout_syms, args->syms, ns * sizeof *args->syms))) {
+    lm_layout_free(&x->layout);
+    x->have_layout = 0;
+    lm_status st = lm_layout_compute(plan, args->syms, &x->layout);
+    if (st != LM_OK) return st;
+    if (ns) memcpy(x->layout_syms, args->syms, ns * sizeof *args->syms);
+    x->have_layout = 1;
+    if (x->layout.arena_bytes > x->arena_cap) {
+      char *a = lm_realloc(x->arena, x->layout.arena_bytes);
+      if (!a) return LM_ERR_NOMEM;
+      x->arena = a;
+      x->arena_cap = x->layout.arena_bytes;
+    }
+  }
+  for (size_t i = 0; i < plan->nbufs; i++) {
+    const lm_pbuf *b = &plan->bufs[i];
+    x->bufs[i] = b->kind == LM_BUF_INPUT    ? args->inputs[b->index]
+                 : b->kind == LM_BUF_OUTPUT ? args->outputs[b->index]
+                                            : (float *)(void *)(x->arena + x->layout.offset[i]);
+  }
+  uint64_t rng[2] = {args->seed, args->run};
+  for (size_t i = 0; i < plan->nkernels; i++) {
+    int64_t n = x->layout.extent[i], per = n > 0 ? x->layout.work[i] / n : 1;
+    int64_t unit = plan->kernels[i].npar == 1 ? BLOCK : 1;
+    launch l = {x->fns[i], x->bufs, args->syms, rng, unit, n};
+    per *= unit;
+    int64_t min_chunk = per >= 4096 ? 1 : 4096 / (per > 0 ? per : 1);
+    lm_pool_run(c->pool, run_chunk, &l, (n + unit - 1) / unit, min_chunk);
+  }
+  for (size_t i = 0; i < plan->ncopies; i++) {
+    const lm_copy *cp = &plan->copies[i];
+    memcpy(x->bufs[cp->dst], x->bufs[cp->src], x->layout.count[cp->dst] * sizeof(float));
+  }
+  return LM_OK;
+}
+
+static lm_status cpu_sync(void *ctx) {
+  (void)ctx;
+  return LM_OK;
+}
+
+const lm_backend_ops lm_backend_cpu = {
+    .name = "cpu",
+    .description = "C kernels built with the system compiler, run on a thread pool",
+    .open = cpu_open,
+    .close = cpu_close,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .write = cpu_write,
+    .read = cpu_read,
+    .fill_zero = cpu_zero,
+    .prepare = cpu_prepare,
+    .unprepare = cpu_unprepare,
+    .run = cpu_run,
+    .sync = cpu_sync,
+};

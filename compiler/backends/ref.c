@@ -1,0 +1,261 @@
+/* compiler/backends/ref.c — the reference interpreter: unfused, one primitive at a time,
+ * every read through the edge's index and validity expressions. It is the oracle every
+ * other backend is tested against, so it favours obviousness over speed. */
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+#include "lumen/rand.h"
+
+typedef struct ref_edge {
+  lm_expr flat, valid; /* over the vars of the iteration domain */
+} ref_edge;
+
+typedef struct ref_exe {
+  lm_graph_t *g;
+  uint32_t *order;
+  size_t norder;
+  ref_edge (*edges)[2];  /* per node, per source */
+  ref_edge *out_edges;   /* per output */
+  ref_edge *assign_edges;
+} ref_exe;
+
+static lm_status ref_open(void **ctx) {
+  *ctx = NULL;
+  return LM_OK;
+}
+static void ref_close(void *ctx) { (void)ctx; }
+
+static lm_status ref_alloc(void *ctx, size_t bytes, void **buf) {
+  (void)ctx;
+  *buf = lm_malloc(bytes);
+  return *buf ? LM_OK : LM_ERR_NOMEM;
+}
+static void ref_release(void *ctx, void *buf) {
+  (void)ctx;
+  lm_free(buf);
+}
+static lm_status ref_write(void *ctx, void *buf, const void *src, size_t bytes) {
+  (void)ctx;
+  memcpy(buf, src, bytes);
+  return LM_OK;
+}
+static lm_status ref_read(void *ctx, const void *buf, void *dst, size_t bytes) {
+  (void)ctx;
+  memcpy(dst, buf, bytes);
+  return LM_OK;
+}
+static lm_status ref_zero(void *ctx, void *buf, size_t bytes) {
+  (void)ctx;
+  memset(buf, 0, bytes);
+  return LM_OK;
+}
+
+/* Index expressions of an edge read over a domain of `rank` vars with these extents. */
+static ref_edge edge_exprs(lm_graph_t *g, lm_edge e) {
+  const lm_shape *s = lm_edge_shape(g, e);
+  lm_expr idx[LM_MAX_RANK];
+  for (int i = 0; i < s->rank; i++) idx[i] = lm_x_var(&g->x, i);
+  lm_xctx ctx = {s->dim, s->rank};
+  ref_edge r;
+  lm_edge_index(g, e, idx, &ctx, &r.flat, &r.valid);
+  return r;
+}
+
+static void ref_unprepare(void *ctx, void *p) {
+  (void)ctx;
+  ref_exe *x = p;
+  if (!x) return;
+  lm_free(x->order);
+  lm_free(x->edges);
+  lm_free(x->out_edges);
+  lm_free(x->assign_edges);
+  lm_free(x);
+}
+
+static lm_status ref_prepare(void *ctx, lm_graph_t *g, void **out) {
+  ref_exe *x = lm_calloc(1, sizeof *x);
+  if (!x) return LM_ERR_NOMEM;
+  x->g = g;
+  x->order = lm_graph_topo_order(g, &x->norder);
+  x->edges = lm_calloc(g->nnodes, sizeof *x->edges);
+  x->out_edges = lm_calloc(g->noutputs + 1, sizeof *x->out_edges);
+  x->assign_edges = lm_calloc(g->nassigns + 1, sizeof *x->assign_edges);
+  if (!x->order || !x->edges || !x->out_edges || !x->assign_edges) {
+    ref_unprepare(ctx, x);
+    return LM_ERR_NOMEM;
+  }
+  for (size_t i = 1; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nsrc; k++) x->edges[i][k] = edge_exprs(g, g->nodes[i].src[k]);
+  for (size_t i = 0; i < g->noutputs; i++) x->out_edges[i] = edge_exprs(g, g->outputs[i].src);
+  for (size_t i = 0; i < g->nassigns; i++) x->assign_edges[i] = edge_exprs(g, g->assigns[i].src);
+  if (g->x.failed) {
+    ref_unprepare(ctx, x);
+    return lm_fail(LM_ERR_NOMEM, "out of memory building index expressions");
+  }
+  *out = x;
+  return LM_OK;
+}
+
+static size_t numel(const lm_graph_t *g, const lm_shape *s, const int64_t *syms, int64_t *dims) {
+  size_t n = 1;
+  for (int i = 0; i < s->rank; i++) {
+    dims[i] = lm_x_eval(&g->x, s->dim[i], NULL, syms);
+    n *= (size_t)dims[i];
+  }
+  return n;
+}
+
+/* Advances a row-major multi-index; returns 0 after the last one. */
+static int next_index(int64_t *idx, const int64_t *dims, int rank) {
+  for (int i = rank - 1; i >= 0; i--) {
+    if (++idx[i] < dims[i]) return 1;
+    idx[i] = 0;
+  }
+  return 0;
+}
+
+static float read_edge(const lm_graph_t *g, const ref_edge *e, const float *src, const int64_t *idx,
+                       const int64_t *syms) {
+  if (!lm_x_eval(&g->x, e->valid, idx, syms)) return 0.0f;
+  return src[lm_x_eval(&g->x, e->flat, idx, syms)];
+}
+
+/* Gathers an edge (with its view) into a contiguous array of the viewed shape. */
+static void gather(const lm_graph_t *g, lm_edge e, const ref_edge *re, float *const *vals, float *dst,
+                   const int64_t *syms) {
+  const lm_shape *s = lm_edge_shape(g, e);
+  int64_t dims[LM_MAX_RANK], idx[LM_MAX_RANK] = {0};
+  size_t n = numel(g, s, syms, dims);
+  if (!n) return;
+  size_t k = 0;
+  do dst[k++] = read_edge(g, re, vals[e.node], idx, syms);
+  while (next_index(idx, dims, s->rank));
+}
+
+static float apply1(lm_op op, float a) {
+  switch (op) {
+  case LM_OP_LOG2: return log2f(a);
+  case LM_OP_EXP2: return exp2f(a);
+  case LM_OP_SIN: return sinf(a);
+  case LM_OP_SQRT: return sqrtf(a);
+  case LM_OP_RECIP: return 1.0f / a;
+  case LM_OP_CONTIGUOUS: return a;
+  default: LM_ASSERT(!"not a unary op"); return 0;
+  }
+}
+
+static float apply2(lm_op op, float a, float b) {
+  switch (op) {
+  case LM_OP_ADD: return a + b;
+  case LM_OP_MUL: return a * b;
+  case LM_OP_MOD: return fmodf(a, b);
+  case LM_OP_LESS_THAN: return a < b ? 1.0f : 0.0f;
+  default: LM_ASSERT(!"not a binary op"); return 0;
+  }
+}
+
+static lm_status ref_run(void *ctx, void *p, const lm_run_args *args) {
+  (void)ctx;
+  ref_exe *x = p;
+  lm_graph_t *g = x->g;
+  const int64_t *syms = args->syms;
+  lm_status st = LM_OK;
+  float **vals = lm_calloc(g->nnodes, sizeof *vals);
+  float **pending = lm_calloc(g->nassigns + 1, sizeof *pending);
+  if (!vals || !pending) {
+    st = LM_ERR_NOMEM;
+    goto done;
+  }
+  for (size_t oi = 0; oi < x->norder; oi++) {
+    uint32_t id = x->order[oi];
+    const lm_node *n = &g->nodes[id];
+    int64_t dims[LM_MAX_RANK], idx[LM_MAX_RANK] = {0};
+    size_t count = numel(g, &n->shape, syms, dims);
+    if (n->op == LM_OP_INPUT) {
+      vals[id] = args->inputs[n->input];
+      continue;
+    }
+    float *out = lm_malloc((count ? count : 1) * sizeof *out);
+    if (!out) {
+      st = LM_ERR_NOMEM;
+      goto done;
+    }
+    vals[id] = out;
+    lm_op op = (lm_op)n->op;
+    switch (op) {
+    case LM_OP_CONST: out[0] = n->value; break;
+    case LM_OP_RAND: lm_rand_fill_uniform(args->seed, n->stream, args->run, 0, out, count); break;
+    case LM_OP_SUM_REDUCE:
+    case LM_OP_MAX_REDUCE: {
+      const lm_shape *ss = lm_edge_shape(g, n->src[0]);
+      int64_t sdims[LM_MAX_RANK], sidx[LM_MAX_RANK] = {0};
+      size_t scount = numel(g, ss, syms, sdims);
+      for (size_t i = 0; i < count; i++) out[i] = op == LM_OP_SUM_REDUCE ? 0.0f : -INFINITY;
+      if (!scount) break;
+      do {
+        float v = read_edge(g, &x->edges[id][0], vals[n->src[0].node], sidx, syms);
+        size_t o = 0;
+        for (int a = 0; a < ss->rank; a++)
+          if (a != n->axis) o = o * (size_t)sdims[a] + (size_t)sidx[a];
+        out[o] = op == LM_OP_SUM_REDUCE ? out[o] + v : fmaxf(out[o], v);
+      } while (next_index(sidx, sdims, ss->rank));
+      break;
+    }
+    default:
+      if (!count) break;
+      for (size_t i = 0; i < count; i++) {
+        float a = read_edge(g, &x->edges[id][0], vals[n->src[0].node], idx, syms);
+        out[i] = n->nsrc == 1 ? apply1(op, a)
+                              : apply2(op, a, read_edge(g, &x->edges[id][1], vals[n->src[1].node], idx, syms));
+        next_index(idx, dims, n->shape.rank);
+      }
+    }
+  }
+  for (size_t i = 0; i < g->noutputs; i++)
+    gather(g, g->outputs[i].src, &x->out_edges[i], vals, args->outputs[i], syms);
+  for (size_t i = 0; i < g->nassigns; i++) {
+    int64_t dims[LM_MAX_RANK];
+    size_t count = numel(g, &g->nodes[g->assigns[i].target].shape, syms, dims);
+    if (!(pending[i] = lm_malloc((count ? count : 1) * sizeof(float)))) {
+      st = LM_ERR_NOMEM;
+      goto done;
+    }
+    gather(g, g->assigns[i].src, &x->assign_edges[i], vals, pending[i], syms);
+  }
+  for (size_t i = 0; i < g->nassigns; i++) {
+    const lm_node *t = &g->nodes[g->assigns[i].target];
+    int64_t dims[LM_MAX_RANK];
+    memcpy(args->inputs[t->input], pending[i], numel(g, &t->shape, syms, dims) * sizeof(float));
+  }
+done:
+  if (vals)
+    for (size_t i = 1; i < g->nnodes; i++)
+      if (g->nodes[i].op != LM_OP_INPUT) lm_free(vals[i]);
+  if (pending)
+    for (size_t i = 0; i < g->nassigns; i++) lm_free(pending[i]);
+  lm_free(vals);
+  lm_free(pending);
+  return st;
+}
+
+static lm_status ref_sync(void *ctx) {
+  (void)ctx;
+  return LM_OK;
+}
+
+const lm_backend_ops lm_backend_ref = {
+    .name = "ref",
+    .description = "reference interpreter (unfused, primitive by primitive)",
+    .open = ref_open,
+    .close = ref_close,
+    .alloc = ref_alloc,
+    .release = ref_release,
+    .write = ref_write,
+    .read = ref_read,
+    .fill_zero = ref_zero,
+    .prepare = ref_prepare,
+    .unprepare = ref_unprepare,
+    .run = ref_run,
+    .sync = ref_sync,
+};

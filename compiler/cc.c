@@ -1,0 +1,791 @@
+/* compiler/cc.c — the system C compiler for the cpu backend: choosing and probing a compiler,
+ * running it without a shell (posix_spawnp, output to a log file, time-out kills its process
+ * group), the on-disk cache of kernel shared objects, and dlopen. */
+#include "cc.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+extern char **environ;
+
+/* Default flags, and why (measured with clang 14.0.6 and gcc 12.2 on glibc 2.36, AVX2 host):
+ * - -fno-math-errno: without it sinf/expf/logf may set errno, so neither compiler treats them as
+ *   pure and no loop calling them vectorises. It changes no result: NaN and inf stay as in libm.
+ * - -fveclib=libmvec (clang) + -lmvec: clang then vectorises sinf, cosf, expf, logf, powf loops
+ *   with glibc's SIMD variants (_ZGVdN8v_sinf on AVX2; clang 14 knows no _ZGVeN16v AVX-512 names,
+ *   and has no mapping for tanhf). No -ffast-math: it is needed only to vectorise reductions
+ *   (reassociation) and min/max (nnan), and those must stay bitwise like the reference
+ *   interpreter. gcc needs no -fveclib: it uses libmvec where a declaration carries
+ *   __attribute__((simd)) (glibc's headers add it only under -ffast-math), so the renderer may
+ *   declare those itself; -lmvec lets such code link. The libmvec variants differ from scalar libm
+ *   by up to 2 (sinf), 3 (expf), 4 (logf) ulp, in 10-50% of elements, so a kernel's result depends
+ *   on which elements take the vector path: split work at multiples of 64 elements to keep
+ *   results independent of the thread count.
+ * - -ffp-contract=off: clang's default fuses a*b+c into an FMA, which rounds once; the reference
+ *   rounds the product. Measured on random data: a*b+c near cancellation differed in 99.97% of
+ *   elements, and a*b - a*b came out nonzero in 99.99%. gcc -std=c11 already defaults to off.
+ *   A kernel that wants an FMA calls fmaf() explicitly (and the reference does the same).
+ * Each list is tried in order; the plain one serves systems without libmvec. */
+static const char *const flags_clang[] = {
+    "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off "
+    "-fveclib=libmvec -lmvec -lm",
+    "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off -lm",
+    NULL};
+static const char *const flags_gcc[] = {
+    "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off -lmvec -lm",
+    "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off -lm", NULL};
+static const char *const flags_other[] = {"-std=c11 -O2 -fPIC -shared -lm", NULL};
+static const char *const flags_mandatory = "-fPIC -shared"; /* appended to $LUMEN_CFLAGS */
+static const char *const default_compilers[] = {"clang", "gcc", "cc"};
+enum { FAMILY_OTHER, FAMILY_CLANG, FAMILY_GCC };
+
+static const char probe_source[] =
+    "#include <math.h>\n"
+    "const char lm_cc_probe_version[] = __VERSION__;\n"
+    "#if defined(__clang__)\n"
+    "const int lm_cc_probe_family = 1;\n"
+    "#elif defined(__GNUC__)\n"
+    "const int lm_cc_probe_family = 2;\n"
+    "#else\n"
+    "const int lm_cc_probe_family = 0;\n"
+    "#endif\n"
+    "void lm_cc_probe(float *restrict o, const float *restrict a, int n) {\n"
+    "  for (int i = 0; i < n; i++) o[i] = sinf(a[i]) + expf(a[i]);\n"
+    "}\n";
+
+#define DEFAULT_TIMEOUT_S 120.0
+#define REASON_MAX 600 /* characters of compiler output quoted per failed probe */
+
+static atomic_llong compile_count;
+int64_t lm_cc_compile_count(void) { return (int64_t)atomic_load(&compile_count); }
+
+/* ---- words: a command line split on blanks -------------------------------------------------- */
+
+typedef struct words {
+  char **v;
+  size_t n, cap;
+} words;
+
+static void words_free(words *w) {
+  for (size_t i = 0; i < w->n; i++) lm_free(w->v[i]);
+  lm_free(w->v);
+  *w = (words){0};
+}
+
+static int words_add(words *w, const char *s, size_t len) {
+  if (!LM_GROW(w->v, w->cap, w->n + 2)) return 0; /* room for a NULL terminator */
+  char *d = lm_malloc(len + 1);
+  if (!d) return 0;
+  memcpy(d, s, len);
+  d[len] = 0;
+  w->v[w->n++] = d;
+  w->v[w->n] = NULL;
+  return 1;
+}
+
+static int words_split(words *w, const char *s) {
+  while (*s) {
+    while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+    size_t len = strcspn(s, " \t\n");
+    if (len && !words_add(w, s, len)) return 0;
+    s += len;
+  }
+  return 1;
+}
+
+static void words_join(lm_sb *b, const words *w) {
+  for (size_t i = 0; i < w->n; i++) lm_sb_printf(b, "%s%s", i ? " " : "", w->v[i]);
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+static char *path_printf(const char *fmt, ...) LM_PRINTF(1, 2);
+static char *path_printf(const char *fmt, ...) {
+  lm_sb b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  lm_sb_vprintf(&b, fmt, ap);
+  va_end(ap);
+  char *s = lm_sb_take(&b);
+  if (!s) lm_fail(LM_ERR_NOMEM, "out of memory building a path");
+  return s;
+}
+
+static int write_all(int fd, const char *s, size_t n) {
+  while (n) {
+    ssize_t k = write(fd, s, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    s += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+/* Writes `text` to `path` so that readers see the old file or the whole new one. */
+static lm_status write_file_atomic(const char *path, const char *text) {
+  char *tmp = path_printf("%s.XXXXXX", path);
+  if (!tmp) return LM_ERR_NOMEM;
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    lm_status st = lm_fail(LM_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    lm_free(tmp);
+    return st;
+  }
+  int ok = write_all(fd, text, strlen(text));
+  int err = errno;
+  if (close(fd) != 0 && ok) ok = 0, err = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+  lm_status st = LM_OK;
+  if (!ok) {
+    unlink(tmp);
+    st = lm_fail(LM_ERR_IO, "cannot write %s: %s", path, strerror(err));
+  }
+  lm_free(tmp);
+  return st;
+}
+
+/* Appends the contents of `path` to `b` (nothing if it cannot be read). */
+static void read_file_into(lm_sb *b, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf - 1, f)) > 0) {
+    buf[k] = 0;
+    lm_sb_puts(b, buf);
+  }
+  fclose(f);
+}
+
+/* mkdir -p with mode 0700 for what it creates; then checks the result is a writable directory. */
+static lm_status make_dirs(const char *dir) {
+  char *p = lm_strdup(dir);
+  if (!p) return LM_ERR_NOMEM;
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s) continue;
+    char c = *s;
+    *s = 0;
+    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+      lm_status st = lm_fail(LM_ERR_IO, "cannot create the cache directory %s: %s", p,
+                             strerror(errno));
+      lm_free(p);
+      return st;
+    }
+    *s = c;
+    if (!c) break;
+  }
+  lm_free(p);
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return lm_fail(LM_ERR_IO, "the cache directory %s is not a directory", dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    return lm_fail(LM_ERR_IO, "the cache directory %s is not writable: %s", dir, strerror(errno));
+  return LM_OK;
+}
+
+const char *lm_cc_cache_dir(void) {
+  static _Thread_local char buf[4096];
+  const char *v;
+  if ((v = getenv("LUMEN_CACHE_DIR")) && *v)
+    snprintf(buf, sizeof buf, "%s", v);
+  else if ((v = getenv("XDG_CACHE_HOME")) && *v == '/') /* XDG: relative paths are invalid */
+    snprintf(buf, sizeof buf, "%s/lumen", v);
+  else if ((v = getenv("HOME")) && *v)
+    snprintf(buf, sizeof buf, "%s/.cache/lumen", v);
+  else
+    snprintf(buf, sizeof buf, "/tmp/lumen-cache-%lu", (unsigned long)getuid());
+  return buf;
+}
+
+/* ---- host identity: -march=native code must not be reused on another CPU ------------------- */
+
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static char host_id[8192];
+
+static void host_id_init(void) {
+  size_t len = 0;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[4096];
+    int have_model = 0, have_flags = 0;
+    while (fgets(line, sizeof line, f) && !(have_model && have_flags)) {
+      int *have = !strncmp(line, "model name", 10) ? &have_model
+                  : !strncmp(line, "flags", 5)     ? &have_flags
+                                                   : NULL;
+      if (!have || *have) continue;
+      *have = 1;
+      int k = snprintf(host_id + len, sizeof host_id - len, "%s", line);
+      if (k > 0) len += (size_t)k < sizeof host_id - len ? (size_t)k : sizeof host_id - len - 1;
+    }
+    fclose(f);
+  }
+#if defined(__x86_64__)
+  snprintf(host_id + len, sizeof host_id - len, "x86_64");
+#elif defined(__aarch64__)
+  snprintf(host_id + len, sizeof host_id - len, "aarch64");
+#else
+  snprintf(host_id + len, sizeof host_id - len, "other");
+#endif
+}
+
+/* ---- running the compiler ------------------------------------------------------------------- */
+
+typedef struct run_result {
+  int status; /* as from waitpid */
+  int timed_out;
+} run_result;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs argv (PATH lookup, no shell) with stdin from /dev/null and stdout+stderr into log_path.
+ * The child leads its own process group, so a time-out kills the compiler's sub-processes too.
+ * Fails only if the program could not be started or waited for. */
+static lm_status run_tool(char *const *argv, const char *log_path, double timeout_s,
+                          run_result *rr) {
+  *rr = (run_result){0};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (posix_spawn_file_actions_init(&fa) != 0) return lm_fail(LM_ERR_NOMEM, "posix_spawn init");
+  if (posix_spawnattr_init(&attr) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return lm_fail(LM_ERR_NOMEM, "posix_spawn init");
+  }
+  sigset_t none, dfl;
+  sigemptyset(&none);
+  sigemptyset(&dfl);
+  int dfl_signals[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGALRM};
+  for (size_t i = 0; i < LM_COUNTOF(dfl_signals); i++) sigaddset(&dfl, dfl_signals[i]);
+  int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC,
+                                                 0600);
+  if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (!rc)
+    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                             POSIX_SPAWN_SETSIGDEF);
+  if (!rc) rc = posix_spawnattr_setpgroup(&attr, 0);
+  if (!rc) rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (!rc) rc = posix_spawnattr_setsigdefault(&attr, &dfl);
+  pid_t pid = -1;
+  if (!rc) rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc) return lm_fail(LM_ERR_UNSUPPORTED, "cannot run '%s': %s", argv[0], strerror(rc));
+  atomic_fetch_add(&compile_count, 1);
+
+  double deadline = now_s() + timeout_s;
+  long sleep_ns = 100000;
+  for (;;) {
+    pid_t r = waitpid(pid, &rr->status, WNOHANG);
+    if (r == pid) return LM_OK;
+    if (r < 0 && errno != EINTR) {
+      int err = errno;
+      kill(-pid, SIGKILL);
+      return lm_fail(LM_ERR_BACKEND, "cannot wait for '%s': %s", argv[0], strerror(err));
+    }
+    if (now_s() > deadline) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &rr->status, 0) < 0 && errno == EINTR) {
+      }
+      rr->timed_out = 1;
+      return LM_OK;
+    }
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < 5000000) sleep_ns *= 2;
+  }
+}
+
+/* "exit status 1", "killed by signal 9", "timed out after 120 s". */
+static void describe_exit(lm_sb *b, const run_result *rr, double timeout_s) {
+  if (rr->timed_out)
+    lm_sb_printf(b, "timed out after %g s (killed)", timeout_s);
+  else if (WIFEXITED(rr->status))
+    lm_sb_printf(b, "exit status %d", WEXITSTATUS(rr->status));
+  else if (WIFSIGNALED(rr->status))
+    lm_sb_printf(b, "killed by signal %d", WTERMSIG(rr->status));
+  else
+    lm_sb_printf(b, "wait status %d", rr->status);
+}
+
+static int run_ok(const run_result *rr) {
+  return !rr->timed_out && WIFEXITED(rr->status) && WEXITSTATUS(rr->status) == 0;
+}
+
+/* Runs `cmd src flags -o out`, logging to `log`. */
+static lm_status compile(const words *cmd, const words *flags, const char *src, const char *out,
+                         const char *log, double timeout_s, run_result *rr) {
+  words argv = {0};
+  int ok = 1;
+  for (size_t i = 0; i < cmd->n && ok; i++) ok = words_add(&argv, cmd->v[i], strlen(cmd->v[i]));
+  /* Flags after the source, so -l libraries follow the object that needs them. */
+  ok = ok && words_add(&argv, src, strlen(src));
+  for (size_t i = 0; i < flags->n && ok; i++)
+    ok = words_add(&argv, flags->v[i], strlen(flags->v[i]));
+  ok = ok && words_add(&argv, "-o", 2) && words_add(&argv, out, strlen(out));
+  lm_status st = ok ? run_tool(argv.v, log, timeout_s, rr) : LM_ERR_NOMEM;
+  words_free(&argv);
+  return st;
+}
+
+/* ---- probing -------------------------------------------------------------------------------- */
+
+/* One probed (command, flags) pair; kept for the life of the process. */
+typedef struct probe {
+  struct probe *next;
+  char *key;     /* command "\n" $LUMEN_CFLAGS-or-"(default)" */
+  int ok;
+  int family;    /* FAMILY_* */
+  char *flags;   /* the flags that worked */
+  char *version; /* __VERSION__ as the compiler reported it */
+  char *why;     /* why it failed */
+} probe;
+
+static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
+static probe *probes;
+
+enum probe_outcome { PROBE_OK, PROBE_FAILED, PROBE_CANNOT_RUN, PROBE_NOMEM };
+
+/* Compiles, loads and runs the probe program with `flags`. On success sets *version, *family;
+ * otherwise appends the reason to `why`. PROBE_CANNOT_RUN: the compiler could not even be started
+ * (other flags will not help); PROBE_NOMEM: an allocation failed (nothing learnt). */
+static enum probe_outcome probe_try(const words *cmd, const char *flags_text, const char *dir,
+                                    double timeout_s, char **version, int *family, lm_sb *why) {
+  words flags = {0};
+  char *tmpdir = path_printf("%s/probe-XXXXXX", dir);
+  char *src = NULL, *so = NULL, *log = NULL;
+  enum probe_outcome result = PROBE_FAILED;
+  if (!words_split(&flags, flags_text) || !tmpdir) {
+    result = PROBE_NOMEM;
+    goto done;
+  }
+  if (!mkdtemp(tmpdir)) {
+    lm_sb_printf(why, "cannot create %s: %s", tmpdir, strerror(errno));
+    goto done;
+  }
+  src = path_printf("%s/probe.c", tmpdir);
+  so = path_printf("%s/probe.so", tmpdir);
+  log = path_printf("%s/probe.log", tmpdir);
+  if (!src || !so || !log) {
+    result = PROBE_NOMEM;
+    goto cleanup;
+  }
+  lm_status st = write_file_atomic(src, probe_source);
+  if (st != LM_OK) {
+    if (st == LM_ERR_NOMEM) result = PROBE_NOMEM;
+    lm_sb_puts(why, lm_last_error());
+    goto cleanup;
+  }
+  run_result rr;
+  st = compile(cmd, &flags, src, so, log, timeout_s, &rr);
+  if (st != LM_OK) {
+    result = st == LM_ERR_NOMEM ? PROBE_NOMEM : PROBE_CANNOT_RUN;
+    lm_sb_puts(why, lm_last_error());
+    goto cleanup;
+  }
+  if (!run_ok(&rr)) {
+    describe_exit(why, &rr, timeout_s);
+    lm_sb out = {0};
+    read_file_into(&out, log);
+    char *text = lm_sb_take(&out);
+    if (text && *text)
+      lm_sb_printf(why, ": %.*s%s", REASON_MAX, text, strlen(text) > REASON_MAX ? "..." : "");
+    lm_free(text);
+    goto cleanup;
+  }
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    lm_sb_printf(why, "the probe compiled but does not load: %s", dlerror());
+    goto cleanup;
+  }
+  const char *ver = dlsym(h, "lm_cc_probe_version");
+  const int *fam = dlsym(h, "lm_cc_probe_family");
+  void (*fn)(float *, const float *, int);
+  *(void **)&fn = dlsym(h, "lm_cc_probe");
+  if (!ver || !fam || !fn) {
+    lm_sb_puts(why, "the probe loads but lacks its symbols");
+  } else {
+    float a[64], o[64];
+    for (int i = 0; i < 64; i++) a[i] = (float)i * 0.03125f, o[i] = NAN;
+    fn(o, a, 64);
+    int good = o[0] == 1.0f; /* sin(0) + exp(0) */
+    for (int i = 0; i < 64; i++) good = good && fabsf(o[i] - (sinf(a[i]) + expf(a[i]))) < 1e-5f;
+    if (!good) {
+      lm_sb_puts(why, "the probe runs but computes wrong results");
+    } else {
+      *version = lm_strdup(ver);
+      *family = *fam;
+      result = *version ? PROBE_OK : PROBE_NOMEM;
+    }
+  }
+  dlclose(h);
+cleanup:
+  if (src) unlink(src);
+  if (so) unlink(so);
+  if (log) unlink(log);
+  rmdir(tmpdir);
+done:
+  words_free(&flags);
+  lm_free(tmpdir);
+  lm_free(src);
+  lm_free(so);
+  lm_free(log);
+  return result;
+}
+
+static const char *const *family_flags(int family) {
+  return family == FAMILY_CLANG ? flags_clang : family == FAMILY_GCC ? flags_gcc : flags_other;
+}
+
+/* Fills `p` (key already set) by probing; returns 0 if an allocation failed. Default flags: guess
+ * the family from the name, probe, and if the compiler turns out to be of another family (cc is
+ * often clang or gcc), start over with that family's flags. */
+static int probe_run(probe *p, const words *cmd, const char *user_flags, const char *dir,
+                     double timeout_s) {
+  lm_sb why = {0};
+  enum probe_outcome r = PROBE_FAILED;
+  if (user_flags) {
+    char *flags = path_printf("%s %s", user_flags, flags_mandatory);
+    r = flags ? probe_try(cmd, flags, dir, timeout_s, &p->version, &p->family, &why)
+              : PROBE_NOMEM;
+    if (r == PROBE_OK)
+      p->flags = flags;
+    else
+      lm_free(flags);
+  } else {
+    const char *base = strrchr(cmd->v[0], '/');
+    base = base ? base + 1 : cmd->v[0];
+    int family = strstr(base, "clang") ? FAMILY_CLANG : FAMILY_GCC;
+    const char *used = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+      const char *const *sets = family_flags(family);
+      for (int i = 0; sets[i]; i++) {
+        lm_sb reason = {0};
+        r = probe_try(cmd, sets[i], dir, timeout_s, &p->version, &p->family, &reason);
+        used = sets[i];
+        if (r != PROBE_OK && !why.len) lm_sb_puts(&why, reason.s ? reason.s : "");
+        lm_sb_free(&reason);
+        if (r != PROBE_FAILED) break; /* worked, cannot run at all, or out of memory */
+      }
+      if (r != PROBE_OK || p->family == family || attempt == 1) break;
+      family = p->family; /* wrong guess: probe again with the right family's flags */
+      lm_free(p->version);
+      p->version = NULL;
+    }
+    if (r == PROBE_OK && !(p->flags = lm_strdup(used))) r = PROBE_NOMEM;
+  }
+  p->ok = r == PROBE_OK;
+  if (!p->ok && r != PROBE_NOMEM) p->why = lm_sb_take(&why);
+  lm_sb_free(&why);
+  return r != PROBE_NOMEM && (p->ok || p->why);
+}
+
+/* The process-wide probe result for (cmd, $LUMEN_CFLAGS); NULL only when out of memory. */
+static probe *probe_get(const words *cmd, const char *user_flags, const char *dir,
+                        double timeout_s) {
+  lm_sb kb = {0};
+  words_join(&kb, cmd);
+  lm_sb_printf(&kb, "\n%s", user_flags ? user_flags : "(default)");
+  char *key = lm_sb_take(&kb);
+  if (!key) return NULL;
+  pthread_mutex_lock(&probe_mu);
+  probe *p = probes;
+  while (p && strcmp(p->key, key) != 0) p = p->next;
+  if (p) {
+    lm_free(key);
+  } else if ((p = lm_calloc(1, sizeof *p))) {
+    p->key = key;
+    if (probe_run(p, cmd, user_flags, dir, timeout_s)) {
+      p->next = probes;
+      probes = p;
+    } else { /* out of memory while probing: remember nothing */
+      lm_free(p->key);
+      lm_free(p->version);
+      lm_free(p->flags);
+      lm_free(p->why);
+      lm_free(p);
+      p = NULL;
+    }
+  } else {
+    lm_free(key);
+  }
+  pthread_mutex_unlock(&probe_mu);
+  return p;
+}
+
+/* ---- lm_cc ---------------------------------------------------------------------------------- */
+
+struct lm_cc {
+  words cmd, flags;
+  char *version;
+  char *describe;
+  char *cache_dir;
+  double timeout_s;
+  uint64_t ident[2]; /* hash state after the identity, one per half of the key */
+};
+
+struct lm_cc_lib {
+  void *handle;
+  char *path;
+};
+
+void lm_cc_close(lm_cc *cc) {
+  if (!cc) return;
+  words_free(&cc->cmd);
+  words_free(&cc->flags);
+  lm_free(cc->version);
+  lm_free(cc->describe);
+  lm_free(cc->cache_dir);
+  lm_free(cc);
+}
+
+const char *lm_cc_describe(const lm_cc *cc) { return cc ? cc->describe : ""; }
+
+static const uint64_t key_seed[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+
+lm_status lm_cc_open(lm_cc **out) {
+  if (!out) return lm_fail(LM_ERR_INVALID, "lm_cc_open: out is NULL");
+  *out = NULL;
+  double timeout_s = DEFAULT_TIMEOUT_S;
+  const char *tv = getenv("LUMEN_CC_TIMEOUT");
+  if (tv && *tv) {
+    char *end;
+    timeout_s = strtod(tv, &end);
+    if (*end || !(timeout_s > 0))
+      return lm_fail(LM_ERR_INVALID, "LUMEN_CC_TIMEOUT='%s' is not a positive number of seconds",
+                     tv);
+  }
+  lm_cc *cc = lm_calloc(1, sizeof *cc);
+  if (!cc) return LM_ERR_NOMEM;
+  cc->timeout_s = timeout_s;
+  const char *dir = lm_cc_cache_dir();
+  char cwd[4096];
+  if (dir[0] != '/' && getcwd(cwd, sizeof cwd)) /* kernels are dlopened by absolute path */
+    cc->cache_dir = path_printf("%s/%s", cwd, dir);
+  else
+    cc->cache_dir = lm_strdup(dir);
+  if (!cc->cache_dir) goto nomem;
+  lm_status st = make_dirs(cc->cache_dir);
+  if (st != LM_OK) {
+    lm_cc_close(cc);
+    return st;
+  }
+
+  const char *env_cc = getenv("LUMEN_CC");
+  const char *user_flags = getenv("LUMEN_CFLAGS");
+  if (user_flags && !*user_flags) user_flags = NULL;
+  int from_env = env_cc && *env_cc;
+  lm_sb tried = {0};
+  probe *chosen = NULL;
+  size_t n_candidates = from_env ? 1 : LM_COUNTOF(default_compilers);
+  for (size_t i = 0; i < n_candidates && !chosen; i++) {
+    words cmd = {0};
+    if (!words_split(&cmd, from_env ? env_cc : default_compilers[i])) {
+      words_free(&cmd);
+      lm_sb_free(&tried);
+      goto nomem;
+    }
+    if (!cmd.n) {
+      lm_sb_printf(&tried, "%s'%s' (from $LUMEN_CC): empty command", tried.len ? "; " : "",
+                   env_cc);
+      words_free(&cmd);
+      continue;
+    }
+    probe *p = probe_get(&cmd, user_flags, cc->cache_dir, timeout_s);
+    if (!p) {
+      words_free(&cmd);
+      lm_sb_free(&tried);
+      goto nomem;
+    }
+    if (p->ok) {
+      chosen = p;
+      cc->cmd = cmd;
+    } else {
+      lm_sb_printf(&tried, "%s%s: %s", tried.len ? "; " : "",
+                   from_env ? env_cc : default_compilers[i], p->why);
+      if (from_env) lm_sb_puts(&tried, " (from $LUMEN_CC)");
+      words_free(&cmd);
+    }
+  }
+  if (!chosen) {
+    char *msg = lm_sb_take(&tried);
+    st = lm_fail(LM_ERR_UNSUPPORTED, "no working C compiler for the cpu backend%s; tried %s",
+                 user_flags ? " (with $LUMEN_CFLAGS)" : "", msg ? msg : "(out of memory)");
+    lm_free(msg);
+    lm_cc_close(cc);
+    return st;
+  }
+  lm_sb_free(&tried);
+
+  cc->version = lm_strdup(chosen->version);
+  if (!cc->version || !words_split(&cc->flags, chosen->flags)) goto nomem;
+  lm_sb d = {0};
+  words_join(&d, &cc->cmd);
+  lm_sb_printf(&d, " (%s) ", cc->version);
+  words_join(&d, &cc->flags);
+  if (!(cc->describe = lm_sb_take(&d))) goto nomem;
+
+  pthread_once(&host_once, host_id_init);
+  for (int k = 0; k < 2; k++) {
+    uint64_t h = key_seed[k];
+    static const char tag[] = "lumen-cc-cache-v1";
+    h = lm_hash_bytes(tag, sizeof tag, h);
+    h = lm_hash_bytes(cc->describe, strlen(cc->describe) + 1, h);
+    h = lm_hash_bytes(host_id, strlen(host_id) + 1, h);
+    cc->ident[k] = h;
+  }
+  *out = cc;
+  return LM_OK;
+nomem:
+  lm_cc_close(cc);
+  return lm_fail(LM_ERR_NOMEM, "out of memory choosing a C compiler");
+}
+
+/* ---- building ------------------------------------------------------------------------------- */
+
+static lm_status lib_open(const char *path, lm_cc_lib **out) {
+  lm_cc_lib *lib = lm_calloc(1, sizeof *lib);
+  char *p = lm_strdup(path);
+  if (!lib || !p) {
+    lm_free(lib);
+    lm_free(p);
+    return LM_ERR_NOMEM;
+  }
+  lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib->handle) {
+    lm_status st = lm_fail(LM_ERR_COMPILE, "cannot load %s: %s", path, dlerror());
+    lm_free(lib);
+    lm_free(p);
+    return st;
+  }
+  lib->path = p;
+  *out = lib;
+  return LM_OK;
+}
+
+lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out) {
+  if (!out) return lm_fail(LM_ERR_INVALID, "lm_cc_build: out is NULL");
+  *out = NULL;
+  if (!cc || !source) return lm_fail(LM_ERR_INVALID, "lm_cc_build: NULL compiler or source");
+  size_t n = strlen(source);
+  uint64_t h0 = lm_hash_bytes(source, n, cc->ident[0]);
+  uint64_t h1 = lm_hash_bytes(source, n, cc->ident[1]);
+  char key[33];
+  snprintf(key, sizeof key, "%016llx%016llx", (unsigned long long)h0, (unsigned long long)h1);
+
+  char *so = path_printf("%s/%s.so", cc->cache_dir, key);
+  char *src = path_printf("%s/%s.c", cc->cache_dir, key);
+  char *log = path_printf("%s/%s.log", cc->cache_dir, key);
+  char *tmp_so = path_printf("%s/%s.so.XXXXXX", cc->cache_dir, key);
+  char *tmp_log = path_printf("%s/%s.log.XXXXXX", cc->cache_dir, key);
+  lm_status st = LM_ERR_NOMEM;
+  if (!so || !src || !log || !tmp_so || !tmp_log) goto done;
+
+  /* Cache hit: the .so is only ever renamed into place whole. If it exists but does not load
+   * (say, damaged by hand), rebuild it. */
+  if (access(so, R_OK) == 0 && (st = lib_open(so, out)) == LM_OK) goto done;
+
+  /* The kept source ends with a comment saying how it was built (at the end, so line numbers in
+   * compiler messages match the generated text). */
+  lm_sb text = {0};
+  lm_sb_puts(&text, source);
+  lm_sb_printf(&text, "%s/* lumen: built by %s */\n", n && source[n - 1] != '\n' ? "\n" : "",
+               cc->describe);
+  char *full = lm_sb_take(&text);
+  if (!full) {
+    st = lm_fail(LM_ERR_NOMEM, "out of memory writing %s", src);
+    goto done;
+  }
+  st = write_file_atomic(src, full);
+  lm_free(full);
+  if (st != LM_OK) goto done;
+
+  int fd_so = mkstemp(tmp_so), fd_log = fd_so >= 0 ? mkstemp(tmp_log) : -1;
+  if (fd_so < 0 || fd_log < 0) {
+    st = lm_fail(LM_ERR_IO, "cannot create a temporary file in %s: %s", cc->cache_dir,
+                 strerror(errno));
+    if (fd_so >= 0) close(fd_so), unlink(tmp_so);
+    goto done;
+  }
+  close(fd_so);
+  close(fd_log);
+  run_result rr;
+  st = compile(&cc->cmd, &cc->flags, src, tmp_so, tmp_log, cc->timeout_s, &rr);
+  if (st != LM_OK) {
+    unlink(tmp_so);
+    unlink(tmp_log);
+    goto done;
+  }
+  if (!run_ok(&rr)) {
+    unlink(tmp_so);
+    lm_sb msg = {0}, output = {0};
+    lm_sb_printf(&msg, "cannot compile %s (", src);
+    describe_exit(&msg, &rr, cc->timeout_s);
+    read_file_into(&output, tmp_log);
+    int kept = rename(tmp_log, log) == 0;
+    if (!kept) unlink(tmp_log);
+    lm_sb_printf(&msg, "; full log %s; compiler %s):\n", kept ? log : "not kept", cc->describe);
+    char *out_text = lm_sb_take(&output);
+    lm_sb_puts(&msg, out_text ? out_text : "(the compiler's output could not be read)");
+    lm_free(out_text);
+    char *m = lm_sb_take(&msg);
+    st = lm_fail(LM_ERR_COMPILE, "%s", m ? m : "a kernel failed to compile (out of memory)");
+    lm_free(m);
+    goto done;
+  }
+  unlink(tmp_log);
+  if (rename(tmp_so, so) != 0) {
+    st = lm_fail(LM_ERR_IO, "cannot rename %s to %s: %s", tmp_so, so, strerror(errno));
+    unlink(tmp_so);
+    goto done;
+  }
+  st = lib_open(so, out);
+done:
+  lm_free(so);
+  lm_free(src);
+  lm_free(log);
+  lm_free(tmp_so);
+  lm_free(tmp_log);
+  return st;
+}
+
+void *lm_cc_sym(lm_cc_lib *lib, const char *name) {
+  if (!lib || !name) {
+    lm_fail(LM_ERR_INVALID, "lm_cc_sym: NULL library or name");
+    return NULL;
+  }
+  dlerror();
+  void *p = dlsym(lib->handle, name);
+  if (!p) lm_fail(LM_ERR_INVALID, "symbol '%s' not found in %s", name, lib->path);
+  return p;
+}
+
+const char *lm_cc_lib_path(const lm_cc_lib *lib) { return lib ? lib->path : ""; }
+
+void lm_cc_lib_close(lm_cc_lib *lib) {
+  if (!lib) return;
+  dlclose(lib->handle);
+  lm_free(lib->path);
+  lm_free(lib);
+}

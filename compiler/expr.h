@@ -1,0 +1,95 @@
+/* compiler/expr.h — integer index expressions: hash-consed nodes over loop variables,
+ * symbols and constants, and the deterministic canonicaliser that simplifies the index
+ * and validity expressions generated from shape trackers. Division and modulo are floor
+ * operations with positive divisors; LT and AND yield 0 or 1. */
+#ifndef LUMEN_EXPR_H
+#define LUMEN_EXPR_H
+
+#include <stdint.h>
+
+#include "core.h"
+
+typedef uint32_t lm_expr; /* 0 = none */
+
+typedef enum lm_xop {
+  LM_X_CONST, /* v */
+  LM_X_VAR,   /* loop variable number v */
+  LM_X_SYM,   /* symbol number v */
+  LM_X_ADD,
+  LM_X_MUL,
+  LM_X_DIV, /* floor(a / b), b > 0 */
+  LM_X_MOD, /* a - b*floor(a / b), b > 0 */
+  LM_X_LT,  /* a < b */
+  LM_X_AND, /* a && b over 0/1 values */
+  LM_X_COUNT
+} lm_xop;
+
+typedef struct lm_xnode {
+  uint8_t op;
+  lm_expr a, b;
+  int64_t v;
+} lm_xnode;
+
+typedef struct lm_xsym {
+  char *name;
+  int64_t least;
+} lm_xsym;
+
+typedef struct lm_exprs {
+  lm_xnode *nodes; /* nodes[0] unused */
+  size_t n, cap;
+  uint32_t *table; /* hashcons: open addressing over node ids */
+  size_t tcap;
+  lm_xsym *syms;
+  size_t nsyms, symcap;
+  struct lm_xmemo *memo; /* simplification results keyed by (expr, context) */
+  size_t memocap, nmemo;
+  int failed; /* an allocation failed: results are unreliable */
+} lm_exprs;
+
+void lm_exprs_init(lm_exprs *x);
+void lm_exprs_free(lm_exprs *x);
+int lm_exprs_copy(lm_exprs *dst, const lm_exprs *src);
+
+lm_expr lm_x_const(lm_exprs *x, int64_t v);
+lm_expr lm_x_var(lm_exprs *x, int index);
+/* Finds or adds a symbol; returns its number, or -1 on allocation failure. */
+int lm_x_symbol(lm_exprs *x, const char *name, int64_t least);
+lm_expr lm_x_sym(lm_exprs *x, int symbol);
+/* Constructors fold constants and trivial identities only; lm_x_simplify canonicalises. */
+lm_expr lm_x_add(lm_exprs *x, lm_expr a, lm_expr b);
+lm_expr lm_x_sub(lm_exprs *x, lm_expr a, lm_expr b);
+lm_expr lm_x_mul(lm_exprs *x, lm_expr a, lm_expr b);
+lm_expr lm_x_div(lm_exprs *x, lm_expr a, lm_expr b);
+lm_expr lm_x_mod(lm_exprs *x, lm_expr a, lm_expr b);
+lm_expr lm_x_lt(lm_exprs *x, lm_expr a, lm_expr b);
+lm_expr lm_x_and(lm_exprs *x, lm_expr a, lm_expr b);
+
+static inline const lm_xnode *lm_x_node(const lm_exprs *x, lm_expr e) { return &x->nodes[e]; }
+static inline int lm_x_is_const(const lm_exprs *x, lm_expr e, int64_t v) {
+  return x->nodes[e].op == LM_X_CONST && x->nodes[e].v == v;
+}
+
+/* Loop variable i ranges over [0, extent[i]). */
+typedef struct lm_xctx {
+  const lm_expr *extent;
+  int nvars;
+} lm_xctx;
+
+/* Canonical form: a sum of monomials in a fixed order with constants folded, floor
+ * division/modulo split over multiples of the divisor and removed where range analysis
+ * proves them trivial. Deterministic: the same input gives the same node. */
+lm_expr lm_x_simplify(lm_exprs *x, lm_expr e, const lm_xctx *ctx);
+/* 1 when a - b is provably >= 0 (respectively > 0, == 0) for every binding. */
+int lm_x_prove_ge(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);
+int lm_x_prove_gt(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);
+int lm_x_prove_eq(lm_exprs *x, lm_expr a, lm_expr b);
+/* Vars and symbols that occur in e (bit masks; symbols beyond 63 are not tracked). */
+uint64_t lm_x_vars_used(const lm_exprs *x, lm_expr e);
+int lm_x_uses_symbols(const lm_exprs *x, lm_expr e);
+
+int64_t lm_x_eval(const lm_exprs *x, lm_expr e, const int64_t *vars, const int64_t *syms);
+/* C-like text; loop variables print as `var_prefix` followed by their number. */
+void lm_x_print(const lm_exprs *x, lm_expr e, lm_sb *sb, const char *var_prefix);
+
+#endif

@@ -1,0 +1,129 @@
+/* compiler/loopir.h — the loop IR and the executable plan.
+ * A kernel is a tree: a nest of parallel loops (its domain), and inside, blocks of scalar
+ * statements and further loops (serial reduction loops, later tiles, unrolls, time loops).
+ * Statements form an SSA DAG; each lives in the block of the shallowest loop where its
+ * operands exist (loop-invariant code is hoisted by construction). Index and validity
+ * expressions are lm_expr over loop variables (VAR k = loop k of the kernel) and symbols,
+ * kept outside the statement DAG. A plan is the ordered list of kernels plus the buffers
+ * they use and the copies that apply assigns. */
+#ifndef LUMEN_LOOPIR_H
+#define LUMEN_LOOPIR_H
+
+#include "graph-impl.h"
+
+typedef enum lm_sop {
+  LM_S_CONST, /* f */
+  LM_S_LOAD,  /* buf[idx] where valid, else 0 */
+  LM_S_RAND,  /* Philox uniform of (seed, stream, element idx, run) */
+  LM_S_LOG2,
+  LM_S_EXP2,
+  LM_S_SIN,
+  LM_S_SQRT,
+  LM_S_RECIP,
+  LM_S_ADD,
+  LM_S_MUL,
+  LM_S_MOD,
+  LM_S_LT,
+  LM_S_SELECT,  /* valid ? a : 0 (padding around a computed value) */
+  LM_S_ACC,     /* accumulator declared before its loop: 0 (sum) or -inf (max) in f */
+  LM_S_ACC_SUM, /* acc a += b */
+  LM_S_ACC_MAX, /* acc a = fmax(acc a, b) */
+  LM_S_STORE,   /* buf[idx] = a */
+  LM_S_COUNT
+} lm_sop;
+
+typedef struct lm_stmt {
+  uint8_t op;   /* lm_sop */
+  int32_t loop; /* enclosing loop, -1 = the kernel's root block */
+  uint32_t a, b; /* operand statements */
+  uint32_t buf;  /* plan buffer of LOAD / STORE */
+  lm_expr idx, valid;
+  float f;
+  uint32_t stream;
+} lm_stmt;
+
+typedef enum lm_loopkind {
+  LM_L_PARALLEL, /* part of the domain: iterations independent (threads, GPU grid) */
+  LM_L_SERIAL,   /* in order, e.g. a reduction */
+  LM_L_COUNT
+} lm_loopkind;
+
+/* An item of a block: a statement, or a loop (whose body is its own block). */
+typedef struct lm_item {
+  uint8_t is_loop;
+  uint32_t id;
+} lm_item;
+
+typedef struct lm_block {
+  lm_item *items;
+  size_t n, cap;
+} lm_block;
+
+typedef struct lm_loop {
+  lm_expr extent; /* over symbols only */
+  uint8_t kind;   /* lm_loopkind */
+  int32_t parent; /* -1 = root */
+  lm_block body;
+} lm_loop;
+
+typedef struct lm_kernel {
+  char name[32];
+  uint32_t anchor; /* the graph node (or 0 for an output/assign edge) it computes */
+  lm_loop *loops;  /* loop k binds variable k */
+  size_t nloops, loopcap;
+  lm_stmt *stmts;
+  size_t nstmts, stmtcap;
+  lm_block root;
+  int npar;        /* loops 0..npar-1 are the parallel domain, nested in that order */
+  uint32_t *bufs;  /* plan buffers the kernel touches, ascending */
+  size_t nbufs, bufcap;
+} lm_kernel;
+
+typedef enum lm_bufkind {
+  LM_BUF_INPUT,  /* the program's input buffer `index` */
+  LM_BUF_OUTPUT, /* the program's output buffer `index` */
+  LM_BUF_TEMP,   /* an intermediate: placed in the arena by the memory planner */
+  LM_BUF_COUNT
+} lm_bufkind;
+
+typedef struct lm_pbuf {
+  uint8_t kind;   /* lm_bufkind */
+  uint32_t index; /* input or output number */
+  uint32_t node;  /* the graph node whose values it holds (0 for edge anchors) */
+  lm_expr numel;  /* element count over symbols */
+  int first, last; /* kernels that write it first and read it last (liveness) */
+} lm_pbuf;
+
+/* After every kernel: dst (a state/parameter input buffer) = src. */
+typedef struct lm_copy {
+  uint32_t dst, src;
+  lm_expr numel;
+} lm_copy;
+
+typedef struct lm_plan {
+  lm_graph_t *g; /* not owned; expressions live in g->x */
+  lm_pbuf *bufs;
+  size_t nbufs, bufcap;
+  lm_kernel *kernels; /* launch order */
+  size_t nkernels, kernelcap;
+  lm_copy *copies;
+  size_t ncopies, copycap;
+} lm_plan;
+
+/* The default schedule: elementwise chains fuse into their consumers, reductions fuse
+ * into their single consumer when that recomputes nothing, everything else is a kernel. */
+lm_status lm_lower(lm_graph_t *g, lm_plan **out);
+void lm_plan_free(lm_plan *p);
+/* Readable text of every kernel (for tests and bug reports). */
+void lm_plan_dump(const lm_plan *p, lm_sb *sb);
+
+/* ---- building blocks used by the lowering and by search rewrites ---- */
+lm_kernel *lm_plan_add_kernel(lm_plan *p, const char *name);
+int32_t lm_kernel_add_loop(lm_kernel *k, int32_t parent, lm_expr extent, lm_loopkind kind);
+/* Appends a statement to the block of `loop`, before the item that holds `before_loop`
+ * (a child loop that is still open), or at the end when before_loop < 0. */
+uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);
+int lm_kernel_use_buf(lm_kernel *k, uint32_t buf);
+int lm_loop_depth(const lm_kernel *k, int32_t loop);
+
+#endif

@@ -1,0 +1,115 @@
+/* compiler/memplan.c — best-fit placement of temporaries by liveness, and the layout of a
+ * plan under concrete symbol values. */
+#include "memplan.h"
+
+#include <string.h>
+
+typedef struct placed {
+  size_t off, size;
+  int last;
+} placed;
+
+lm_status lm_memplan(size_t n, const size_t *bytes, const int *first, const int *last, size_t align,
+                     size_t *offset, size_t *total) {
+  size_t *order = lm_malloc((n + 1) * sizeof *order);
+  placed *live = lm_malloc((n + 1) * sizeof *live);
+  if (!order || !live) {
+    lm_free(order);
+    lm_free(live);
+    return LM_ERR_NOMEM;
+  }
+  size_t m = 0, nlive = 0, end = 0;
+  for (size_t i = 0; i < n; i++) {
+    offset[i] = 0;
+    if (first[i] >= 0 && bytes[i]) order[m++] = i;
+  }
+  /* by first use, then larger first (deterministic: ties by index) */
+  for (size_t i = 1; i < m; i++) {
+    size_t v = order[i], j = i;
+    while (j > 0) {
+      size_t u = order[j - 1];
+      int later = first[u] > first[v] || (first[u] == first[v] && (bytes[u] < bytes[v] || (bytes[u] == bytes[v] && u > v)));
+      if (!later) break;
+      order[j] = u;
+      j--;
+    }
+    order[j] = v;
+  }
+  for (size_t oi = 0; oi < m; oi++) {
+    size_t b = order[oi];
+    size_t need = (bytes[b] + align - 1) / align * align;
+    /* free what died before this buffer is first written */
+    size_t k = 0;
+    for (size_t i = 0; i < nlive; i++)
+      if (live[i].last >= first[b]) live[k++] = live[i];
+    nlive = k;
+    /* live blocks sorted by offset: find the smallest gap that fits */
+    for (size_t i = 1; i < nlive; i++) {
+      placed v = live[i];
+      size_t j = i;
+      while (j > 0 && live[j - 1].off > v.off) live[j] = live[j - 1], j--;
+      live[j] = v;
+    }
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    for (size_t i = 0; i <= nlive; i++) {
+      size_t gap_end = i < nlive ? live[i].off : SIZE_MAX;
+      int fits = gap_end >= cursor + need;
+      if (fits && (i < nlive ? gap_end - cursor < best_gap : best == SIZE_MAX)) {
+        best = cursor;
+        best_gap = gap_end - cursor;
+      }
+      if (i < nlive && live[i].off + live[i].size > cursor) cursor = live[i].off + live[i].size;
+    }
+    offset[b] = best;
+    live[nlive++] = (placed){best, need, last[b]};
+    if (best + need > end) end = best + need;
+  }
+  *total = end;
+  lm_free(order);
+  lm_free(live);
+  return LM_OK;
+}
+
+void lm_layout_free(lm_layout *l) {
+  lm_free(l->count);
+  lm_free(l->offset);
+  lm_free(l->extent);
+  lm_free(l->work);
+  memset(l, 0, sizeof *l);
+}
+
+lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *out) {
+  const lm_exprs *x = &p->g->x;
+  memset(out, 0, sizeof *out);
+  size_t nb = p->nbufs + 1, nk = p->nkernels + 1;
+  size_t *bytes = lm_calloc(nb, sizeof *bytes);
+  int *first = lm_calloc(nb, sizeof *first), *last = lm_calloc(nb, sizeof *last);
+  out->count = lm_calloc(nb, sizeof *out->count);
+  out->offset = lm_calloc(nb, sizeof *out->offset);
+  out->extent = lm_calloc(nk, sizeof *out->extent);
+  out->work = lm_calloc(nk, sizeof *out->work);
+  lm_status st = LM_ERR_NOMEM;
+  if (!bytes || !first || !last || !out->count || !out->offset || !out->extent || !out->work) goto done;
+  for (size_t i = 0; i < p->nbufs; i++) {
+    const lm_pbuf *b = &p->bufs[i];
+    int64_t n = lm_x_eval(x, b->numel, NULL, syms);
+    out->count[i] = n > 0 ? (size_t)n : 0;
+    first[i] = b->kind == LM_BUF_TEMP ? b->first : -1;
+    last[i] = b->last;
+    bytes[i] = out->count[i] * sizeof(float);
+    if (b->kind == LM_BUF_TEMP) out->temp_bytes += bytes[i];
+  }
+  for (size_t i = 0; i < p->nkernels; i++) {
+    const lm_kernel *k = &p->kernels[i];
+    out->extent[i] = k->npar ? lm_x_eval(x, k->loops[0].extent, NULL, syms) : 1;
+    out->work[i] = 1;
+    for (int l = 0; l < k->npar; l++) out->work[i] *= lm_x_eval(x, k->loops[l].extent, NULL, syms);
+  }
+  st = lm_memplan(p->nbufs, bytes, first, last, 64, out->offset, &out->arena_bytes);
+done:
+  lm_free(bytes);
+  lm_free(first);
+  lm_free(last);
+  if (st != LM_OK) lm_layout_free(out);
+  return st;
+}

@@ -1,0 +1,906 @@
+/* compiler/render.c — the C-style renderer for every dialect (render.h): the per-language
+ * table, the shared prelude helpers (floor division, the Philox uniform of rand.c), and the
+ * walk over a kernel's blocks that prints loops, SSA locals and index expressions. Statements
+ * used once in their own block are inlined into their user; dead ones are not printed. */
+#include "render.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the per-language table */
+
+static const char c_prelude[] =
+    "/* lumen kernels: C dialect */\n"
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "#if defined(__clang__)\n"
+    "#pragma STDC FP_CONTRACT OFF\n"
+    "#endif\n"
+    "#if defined(__GNUC__)\n"
+    "#define LM_EXPORT __attribute__((visibility(\"default\")))\n"
+    "#define LM_HELPER static inline __attribute__((unused))\n"
+    "#else\n"
+    "#define LM_EXPORT\n"
+    "#define LM_HELPER static inline\n"
+    "#endif\n";
+
+static const char cuda_prelude[] = "/* lumen kernels: CUDA dialect (NVRTC; compile with --fmad=false) */\n";
+
+static const char opencl_prelude[] =
+    "/* lumen kernels: OpenCL C 1.2 dialect */\n"
+    "#pragma OPENCL FP_CONTRACT OFF\n";
+
+static const char msl_prelude[] =
+    "/* lumen kernels: Metal Shading Language dialect (compile with fast math off) */\n"
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n";
+
+static const lm_dialect_info dialects[] = {
+    [LM_DIALECT_C] = {
+        .name = "c",
+        .kernel_qual = "LM_EXPORT ",
+        .func_qual = "LM_HELPER",
+        .global_qual = "",
+        .restrict_kw = "restrict",
+        .i64 = "int64_t",
+        .u32 = "uint32_t",
+        .u64 = "uint64_t",
+        .math = {"log2f", "exp2f", "sinf", "sqrtf", "fmodf", "fmaxf"},
+        .inf = "INFINITY",
+        .nan = "NAN",
+        .barrier = NULL,
+        .shared_qual = NULL,
+        .global_id = NULL,
+        .prelude = c_prelude,
+    },
+    [LM_DIALECT_CUDA] = {
+        .name = "cuda",
+        .kernel_qual = "extern \"C\" __global__ ",
+        .func_qual = "__device__ __forceinline__",
+        .global_qual = "",
+        .restrict_kw = "__restrict__",
+        .i64 = "long long",
+        .u32 = "unsigned int",
+        .u64 = "unsigned long long",
+        .math = {"log2f", "exp2f", "sinf", "sqrtf", "fmodf", "fmaxf"},
+        .inf = "__int_as_float(0x7f800000)",
+        .nan = "__int_as_float(0x7fffffff)",
+        .barrier = "__syncthreads();",
+        .shared_qual = "__shared__",
+        .global_id = "(long long)blockIdx.x * blockDim.x + threadIdx.x",
+        .local_id = "threadIdx.x",
+        .group_id = "blockIdx.x",
+        .local_size = "blockDim.x",
+        .prelude = cuda_prelude,
+    },
+    [LM_DIALECT_OPENCL] = {
+        .name = "opencl",
+        .kernel_qual = "__kernel ",
+        .func_qual = "static inline",
+        .global_qual = "__global ",
+        .restrict_kw = "restrict",
+        .i64 = "long",
+        .u32 = "uint",
+        .u64 = "ulong",
+        .math = {"log2", "exp2", "sin", "sqrt", "fmod", "fmax"},
+        .inf = "INFINITY",
+        .nan = "NAN",
+        .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
+        .shared_qual = "__local",
+        .global_id = "(long)get_global_id(0)",
+        .local_id = "get_local_id(0)",
+        .group_id = "get_group_id(0)",
+        .local_size = "get_local_size(0)",
+        .prelude = opencl_prelude,
+    },
+    [LM_DIALECT_MSL] = {
+        .name = "msl",
+        .kernel_qual = "kernel ",
+        .func_qual = "static inline",
+        .global_qual = "device ",
+        .restrict_kw = "",
+        .i64 = "long",
+        .u32 = "uint",
+        .u64 = "ulong",
+        .math = {"metal::precise::log2", "metal::precise::exp2", "metal::precise::sin",
+                 "metal::precise::sqrt", "metal::precise::fmod", "metal::precise::fmax"},
+        .inf = "INFINITY",
+        .nan = "NAN",
+        .barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);",
+        .shared_qual = "threadgroup",
+        .global_id = "(long)tid", /* tid: the [[thread_position_in_grid]] parameter */
+        .local_id = "lid",        /* [[thread_position_in_threadgroup]] */
+        .group_id = "gidx",       /* [[threadgroup_position_in_grid]] */
+        .local_size = "lsize",    /* [[threads_per_threadgroup]] */
+        .prelude = msl_prelude,
+    },
+};
+_Static_assert(LM_COUNTOF(dialects) == LM_DIALECT_COUNT, "one table row per dialect");
+
+const lm_dialect_info *lm_dialect_get(lm_dialect d) {
+  return (unsigned)d < LM_DIALECT_COUNT ? &dialects[d] : NULL;
+}
+
+const char *lm_dialect_name(lm_dialect d) {
+  return (unsigned)d < LM_DIALECT_COUNT ? dialects[d].name : "unknown dialect";
+}
+
+const char *lm_render_entry_name(const lm_kernel *k, char *buf, size_t cap) {
+  if (!cap) return buf;
+  size_t n = 0;
+  const char *s = k->name;
+  size_t len = strnlen(s, sizeof k->name);
+  if (len == 0 || (s[0] >= '0' && s[0] <= '9'))
+    for (const char *p = "k_"; *p && n + 1 < cap; p++) buf[n++] = *p;
+  for (size_t i = 0; i < len && n + 1 < cap; i++) {
+    char c = s[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    buf[n++] = ok ? c : '_';
+  }
+  buf[n] = 0;
+  return buf;
+}
+
+/* ---------------------------------------------------------------- prelude */
+
+/* The helpers every dialect shares, spelled with the row's types. The Philox and the float
+ * conversion follow compiler/rand.c step by step (integer rounding, so no evaluation method,
+ * contraction or fast-math mode can change a bit). */
+static void emit_helpers(lm_sb *sb, const lm_dialect_info *d) {
+  const char *q = d->func_qual, *I = d->i64, *U = d->u32, *L = d->u64;
+  lm_sb_printf(sb,
+               "/* floor division and modulo (b > 0) of index expressions that may be negative */\n"
+               "%s %s lm_floordiv(%s a, %s b) {\n"
+               "  const %s q = a / b;\n"
+               "  return (a %% b != 0 && a < 0) ? q - 1 : q;\n"
+               "}\n"
+               "%s %s lm_floormod(%s a, %s b) {\n"
+               "  const %s m = a %% b;\n"
+               "  return m < 0 ? m + b : m;\n"
+               "}\n",
+               q, I, I, I, I, q, I, I, I, I);
+  lm_sb_printf(sb,
+               "/* m rounded to float's 24 significant bits (to nearest, ties to even), in integers */\n"
+               "%s %s lm_round24(%s m) {\n"
+               "  int s = 0;\n"
+               "  while ((m >> s) >= (%s)0x1000000) s++;\n"
+               "  if (s == 0) return m;\n"
+               "  const %s kept = m >> s, dropped = m & (((%s)1 << s) - 1), tie = (%s)1 << (s - 1);\n"
+               "  return (kept + ((dropped > tie || (dropped == tie && (kept & 1))) ? 1 : 0)) << s;\n"
+               "}\n",
+               q, L, L, L, L, L, L);
+  lm_sb_printf(sb,
+               "/* lm_rand_uniform (compiler/rand.c): Philox4x32-10 with key = seed, counter =\n"
+               " * (element >> 2, stream, run lo, run hi), word element & 3, mapped to (0,1] as\n"
+               " * curand_uniform does: float(word) * 2^-32 + 2^-33, rounded to float */\n"
+               "%s float lm_philox_uniform(%s seed, %s stream, %s element, %s run) {\n"
+               "  %s x = (%s)(element >> 2), y = stream, z = (%s)run, w = (%s)(run >> 32);\n"
+               "  %s k0 = (%s)seed, k1 = (%s)(seed >> 32);\n"
+               "  for (int i = 0; i < 10; i++) {\n"
+               "    if (i > 0) {\n"
+               "      k0 += 0x9E3779B9u;\n"
+               "      k1 += 0xBB67AE85u;\n"
+               "    }\n"
+               "    const %s p0 = (%s)0xD2511F53u * x, p1 = (%s)0xCD9E8D57u * z;\n"
+               "    const %s nx = (%s)(p1 >> 32) ^ y ^ k0, nz = (%s)(p0 >> 32) ^ w ^ k1;\n"
+               "    y = (%s)p1;\n"
+               "    w = (%s)p0;\n"
+               "    x = nx;\n"
+               "    z = nz;\n"
+               "  }\n"
+               "  const %s lane = (%s)(element & 3), word = lane == 0 ? x : lane == 1 ? y : lane == 2 ? z : w;\n"
+               "  const %s sum = lm_round24(2 * lm_round24(word) + 1);\n"
+               "  return (float)sum * 1.16415322e-10f; /* 2^-33; sum has <= 24 bits: exact */\n"
+               "}\n",
+               q, L, U, L, L, U, U, U, U, U, U, U, L, L, L, U, U, U, U, U, U, U, L);
+}
+
+static void emit_prelude(lm_sb *sb, const lm_dialect_info *d) {
+  lm_sb_puts(sb, d->prelude);
+  lm_sb_puts(sb, "\n");
+  emit_helpers(sb, d);
+}
+
+/* ---------------------------------------------------------------- kernel analysis */
+
+enum { OPND_A = 1, OPND_B = 2 };
+
+/* Which operand statements op reads (for ACC_SUM/ACC_MAX, a is the accumulator it updates). */
+static int operands(uint8_t op) {
+  switch (op) {
+  case LM_S_LOG2:
+  case LM_S_EXP2:
+  case LM_S_SIN:
+  case LM_S_SQRT:
+  case LM_S_RECIP:
+  case LM_S_SELECT:
+  case LM_S_STORE: return OPND_A;
+  case LM_S_ADD:
+  case LM_S_MUL:
+  case LM_S_MOD:
+  case LM_S_LT:
+  case LM_S_ACC_SUM:
+  case LM_S_ACC_MAX: return OPND_A | OPND_B;
+  default: return 0;
+  }
+}
+
+_Static_assert(LM_S_SQRT - LM_S_LOG2 == LM_MATH_SQRT - LM_MATH_LOG2 && LM_S_EXP2 - LM_S_LOG2 == LM_MATH_EXP2 &&
+                   LM_S_SIN - LM_S_LOG2 == LM_MATH_SIN,
+               "unary statements map onto lm_math in order");
+
+static int is_update(uint8_t op) { return op == LM_S_ACC_SUM || op == LM_S_ACC_MAX; }
+static int has_value(uint8_t op) { return op < LM_S_COUNT && op != LM_S_STORE && !is_update(op); }
+/* Computes a value and changes nothing: may move within its block and be inlined. */
+static int is_pure(uint8_t op) { return has_value(op) && op != LM_S_ACC; }
+
+typedef struct rk {
+  lm_exprs *x;
+  const lm_plan *p;
+  const lm_kernel *k;
+  const lm_dialect_info *d;
+  lm_dialect dia;
+  int flat;         /* GPU dialects: the parallel loops are one flattened thread index */
+  lm_expr *ext;     /* per loop: extent (for range proofs) */
+  lm_xctx xc;
+  lm_expr zero;
+  uint8_t *live;    /* per statement */
+  uint8_t *inl;     /* per statement: printed inside its user */
+  uint32_t *uses;   /* per statement: reads by live statements */
+  uint32_t *user;   /* per statement: its (last) reader */
+  int32_t *blk;     /* per statement: loop of the block holding it, -1 root, -2 none */
+  uint32_t *pos;    /* per statement: item index in that block */
+  uint8_t *lseen;   /* per loop: reached from the root block */
+  uint8_t *varuse;  /* per loop: variable printed */
+  uint8_t *bufrd, *bufwr; /* per plan buffer */
+  uint8_t *symuse;  /* per symbol */
+  char **symname;   /* per symbol: s_<sanitised name> */
+  int use_r;
+  int bad;
+  char why[160];
+} rk;
+
+static void fail(rk *r, const char *fmt, ...) LM_PRINTF(2, 3);
+static void fail(rk *r, const char *fmt, ...) {
+  if (r->bad) return;
+  r->bad = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->why, sizeof r->why, fmt, ap);
+  va_end(ap);
+}
+
+static const lm_block *block_of(const lm_kernel *k, int32_t loop) {
+  return loop < 0 ? &k->root : &k->loops[loop].body;
+}
+
+/* Records where every statement and loop sits; checks the tree is well formed. */
+static void place(rk *r, int32_t loop, int depth) {
+  const lm_kernel *k = r->k;
+  const lm_block *b = block_of(k, loop);
+  if (depth > (int)k->nloops) {
+    fail(r, "loop nest deeper than the number of loops");
+    return;
+  }
+  for (size_t i = 0; i < b->n && !r->bad; i++) {
+    lm_item it = b->items[i];
+    if (it.is_loop) {
+      if (it.id >= k->nloops) fail(r, "block item names loop %u of %zu", it.id, k->nloops);
+      else if (r->lseen[it.id]) fail(r, "loop %u appears twice", it.id);
+      else if (k->loops[it.id].parent != loop) fail(r, "loop %u sits in the block of loop %d, not its parent", it.id, loop);
+      else {
+        r->lseen[it.id] = 1;
+        place(r, (int32_t)it.id, depth + 1);
+      }
+    } else if (it.id >= k->nstmts) fail(r, "block item names statement %u of %zu", it.id, k->nstmts);
+    else if (r->blk[it.id] != -2) fail(r, "statement %u appears twice", it.id);
+    else {
+      r->blk[it.id] = loop;
+      r->pos[it.id] = (uint32_t)i;
+    }
+  }
+}
+
+static int buf_in_kernel(const lm_kernel *k, uint32_t buf) {
+  for (size_t i = 0; i < k->nbufs; i++)
+    if (k->bufs[i] == buf) return 1;
+  return 0;
+}
+
+static void check_stmts(rk *r) {
+  const lm_kernel *k = r->k;
+  for (size_t i = 0; i < k->nstmts && !r->bad; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    int ops = operands(s->op);
+    if (s->op >= LM_S_COUNT) fail(r, "statement %zu: bad op %u", i, s->op);
+    else if ((ops & OPND_A) && (s->a >= k->nstmts || !has_value(k->stmts[s->a].op)))
+      fail(r, "statement %zu: operand a = %u is not a value", i, s->a);
+    else if ((ops & OPND_B) && (s->b >= k->nstmts || !has_value(k->stmts[s->b].op)))
+      fail(r, "statement %zu: operand b = %u is not a value", i, s->b);
+    else if (is_update(s->op) && k->stmts[s->a].op != LM_S_ACC)
+      fail(r, "statement %zu: updates %u, which is not an accumulator", i, s->a);
+    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE) && (s->buf >= r->p->nbufs || !buf_in_kernel(k, s->buf)))
+      fail(r, "statement %zu: buffer %u is not among the kernel's buffers", i, s->buf);
+    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE || s->op == LM_S_RAND) && (!s->idx || s->idx >= r->x->n))
+      fail(r, "statement %zu: missing index expression", i);
+    else if (s->valid >= r->x->n) fail(r, "statement %zu: bad validity expression", i);
+  }
+}
+
+/* Live: stores, what they read, and the updates of accumulators someone reads. */
+static void liveness(rk *r) {
+  const lm_kernel *k = r->k;
+  for (size_t i = 0; i < k->nstmts; i++) r->live[i] = k->stmts[i].op == LM_S_STORE;
+  for (uint8_t changed = 1; changed;) {
+    changed = 0;
+    for (size_t i = 0; i < k->nstmts; i++) {
+      const lm_stmt *s = &k->stmts[i];
+      if (!r->live[i] && is_update(s->op) && r->live[s->a]) r->live[i] = changed = 1;
+      if (!r->live[i]) continue;
+      int ops = operands(s->op);
+      if ((ops & OPND_A) && !is_update(s->op) && !r->live[s->a]) r->live[s->a] = changed = 1;
+      if ((ops & OPND_B) && !r->live[s->b]) r->live[s->b] = changed = 1;
+    }
+  }
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!r->live[i]) continue;
+    if (r->blk[i] == -2) {
+      fail(r, "statement %zu is used but sits in no block", i);
+      return;
+    }
+    int ops = operands(s->op);
+    if ((ops & OPND_A) && !is_update(s->op)) r->uses[s->a]++, r->user[s->a] = (uint32_t)i;
+    if (ops & OPND_B) r->uses[s->b]++, r->user[s->b] = (uint32_t)i;
+  }
+}
+
+/* Constants always print as literals; a pure statement read once, later in its own block with
+ * nothing but pure statements in between, prints inside its reader. */
+static void choose_inline(rk *r) {
+  const lm_kernel *k = r->k;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!r->live[i] || !is_pure(s->op)) continue;
+    if (s->op == LM_S_CONST) {
+      r->inl[i] = 1;
+      continue;
+    }
+    uint32_t u = r->user[i];
+    if (r->uses[i] != 1 || r->blk[u] != r->blk[i] || r->pos[u] <= r->pos[i]) continue;
+    const lm_block *b = block_of(k, r->blk[i]);
+    int ok = 1;
+    for (uint32_t j = r->pos[i] + 1; j < r->pos[u] && ok; j++) {
+      lm_item it = b->items[j];
+      ok = !it.is_loop && (!r->live[it.id] || is_pure(k->stmts[it.id].op));
+    }
+    r->inl[i] = (uint8_t)ok;
+  }
+}
+
+/* ---------------------------------------------------------------- printing */
+
+static void indent(lm_sb *sb, int n) {
+  for (int i = 0; i < n; i++) lm_sb_puts(sb, "  ");
+}
+
+/* A float literal that reads back as exactly f. */
+static void print_float(rk *r, lm_sb *sb, float f, int operand) {
+  if (isnan(f)) {
+    lm_sb_puts(sb, r->d->nan);
+    return;
+  }
+  if (isinf(f)) {
+    lm_sb_printf(sb, f > 0 ? "%s" : operand ? "(-%s)" : "-%s", r->d->inf);
+    return;
+  }
+  char raw[48], out[56];
+  snprintf(raw, sizeof raw, "%.9g", (double)f);
+  /* locale-proof: whatever the radix character printed as, it becomes '.' */
+  size_t n = 0;
+  int dot = 0;
+  for (const char *c = raw; *c && n + 4 < sizeof out; c++) {
+    if ((*c >= '0' && *c <= '9') || *c == '-' || *c == '+' || *c == 'e') out[n++] = *c;
+    else if (!dot) out[n++] = '.', dot = 1;
+  }
+  out[n] = 0;
+  if (!strpbrk(out, ".e")) strcat(out, ".0");
+  strcat(out, "f");
+  lm_sb_printf(sb, operand && out[0] == '-' ? "(%s)" : "%s", out);
+}
+
+static int xprec(uint8_t op) {
+  switch (op) {
+  case LM_X_AND: return 1;
+  case LM_X_LT: return 2;
+  case LM_X_ADD: return 3;
+  case LM_X_MUL:
+  case LM_X_DIV:
+  case LM_X_MOD: return 4;
+  default: return 5;
+  }
+}
+
+static int constish(const lm_exprs *x, lm_expr e) {
+  return !lm_x_vars_used(x, e) && !lm_x_uses_symbols(x, e);
+}
+
+/* An integer constant; `wide` forces the 64-bit type (both operands are constants). */
+static void print_int(rk *r, lm_sb *sb, int64_t v, int outer, int wide) {
+  if (v == INT64_MIN) lm_sb_printf(sb, "((%s)(-9223372036854775807 - 1))", r->d->i64);
+  else if (wide || v > INT32_MAX || v < -INT32_MAX) lm_sb_printf(sb, "((%s)%lld)", r->d->i64, (long long)v);
+  else lm_sb_printf(sb, v < 0 && outer > 3 ? "(%lld)" : "%lld", (long long)v);
+}
+
+static void print_x(rk *r, lm_sb *sb, lm_expr e, int outer, int wide) {
+  if (!e || e >= r->x->n) {
+    fail(r, "bad index expression %u", e);
+    return;
+  }
+  const lm_xnode nd = r->x->nodes[e]; /* a copy: proving may grow the arena */
+  switch (nd.op) {
+  case LM_X_CONST: print_int(r, sb, nd.v, outer, wide); return;
+  case LM_X_VAR:
+    if (nd.v < 0 || (size_t)nd.v >= r->k->nloops) {
+      fail(r, "index uses loop variable %lld of %zu", (long long)nd.v, r->k->nloops);
+      return;
+    }
+    r->varuse[nd.v] = 1;
+    lm_sb_printf(sb, "i%lld", (long long)nd.v);
+    return;
+  case LM_X_SYM:
+    if (nd.v < 0 || (size_t)nd.v >= r->x->nsyms) {
+      fail(r, "index uses symbol %lld of %zu", (long long)nd.v, r->x->nsyms);
+      return;
+    }
+    r->symuse[nd.v] = 1;
+    lm_sb_puts(sb, r->symname[nd.v]);
+    return;
+  default: break;
+  }
+  if (nd.op >= LM_X_COUNT || !nd.a || !nd.b || nd.a >= r->x->n || nd.b >= r->x->n) {
+    fail(r, "bad index expression %u (op %u)", e, nd.op);
+    return;
+  }
+  int w = constish(r->x, nd.a) && constish(r->x, nd.b);
+  if ((nd.op == LM_X_DIV || nd.op == LM_X_MOD) && !lm_x_prove_ge(r->x, nd.a, r->zero, &r->xc)) {
+    lm_sb_puts(sb, nd.op == LM_X_DIV ? "lm_floordiv(" : "lm_floormod(");
+    print_x(r, sb, nd.a, 0, w);
+    lm_sb_puts(sb, ", ");
+    print_x(r, sb, nd.b, 0, w);
+    lm_sb_puts(sb, ")");
+    return;
+  }
+  static const char *const sym[LM_X_COUNT] = {[LM_X_ADD] = " + ", [LM_X_MUL] = "*", [LM_X_DIV] = " / ",
+                                              [LM_X_MOD] = " % ", [LM_X_LT] = " < ", [LM_X_AND] = " && "};
+  int p = xprec(nd.op);
+  if (p < outer) lm_sb_puts(sb, "(");
+  const lm_xnode nb = r->x->nodes[nd.b];
+  if (nd.op == LM_X_ADD && nb.op == LM_X_MUL && nb.b && nb.b < r->x->n && r->x->nodes[nb.b].op == LM_X_CONST &&
+      r->x->nodes[nb.b].v == -1) {
+    print_x(r, sb, nd.a, p, 0); /* a + b*(-1) reads a - b */
+    lm_sb_puts(sb, " - ");
+    print_x(r, sb, nb.a, p + 1, 0);
+  } else if (nd.op == LM_X_ADD && nb.op == LM_X_CONST && nb.v < 0 && nb.v > -INT32_MAX && !w) {
+    print_x(r, sb, nd.a, p, 0); /* a + (-c) reads a - c */
+    lm_sb_printf(sb, " - %lld", -(long long)nb.v);
+  } else {
+    print_x(r, sb, nd.a, p, w);
+    lm_sb_puts(sb, sym[nd.op]);
+    print_x(r, sb, nd.b, p + 1, w);
+  }
+  if (p < outer) lm_sb_puts(sb, ")");
+}
+
+static int trivially_valid(rk *r, lm_expr valid) { return !valid || lm_x_is_const(r->x, valid, 1); }
+
+/* Float expressions print with C precedence: `need` is the least precedence the context takes
+ * without parentheses (0: anywhere, e.g. a call argument; 1: an operand of +; 2: of *; 3: of
+ * a unary or the right side of * and /). Ternaries and negative literals have 0, + has 1,
+ * * and / have 2, calls, loads and locals 4. */
+enum { PREC_TERNARY = 0, PREC_ADD = 1, PREC_MUL = 2, PREC_ATOM = 4 };
+
+static void print_value(rk *r, lm_sb *sb, uint32_t id, int need);
+
+/* b<buf>[idx] */
+static void print_load(rk *r, lm_sb *sb, const lm_stmt *s) {
+  r->bufrd[s->buf] = 1;
+  lm_sb_printf(sb, "b%u[", s->buf);
+  print_x(r, sb, s->idx, 0, 0);
+  lm_sb_puts(sb, "]");
+}
+
+static void open_paren(lm_sb *sb, int prec, int need) {
+  if (prec < need) lm_sb_puts(sb, "(");
+}
+static void close_paren(lm_sb *sb, int prec, int need) {
+  if (prec < need) lm_sb_puts(sb, ")");
+}
+
+static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
+  const lm_stmt *s = &r->k->stmts[id];
+  const lm_dialect_info *d = r->d;
+  switch (s->op) {
+  case LM_S_CONST: print_float(r, sb, s->f, need > PREC_TERNARY); return;
+  case LM_S_LOAD:
+  case LM_S_SELECT:
+    if (trivially_valid(r, s->valid)) {
+      if (s->op == LM_S_LOAD) print_load(r, sb, s);
+      else print_value(r, sb, s->a, need);
+    } else if (lm_x_is_const(r->x, s->valid, 0)) {
+      lm_sb_puts(sb, "0.0f");
+    } else { /* the index is evaluated only where valid: it may be out of range elsewhere */
+      open_paren(sb, PREC_TERNARY, need);
+      lm_sb_puts(sb, "(");
+      print_x(r, sb, s->valid, 0, 0);
+      lm_sb_puts(sb, ") ? ");
+      if (s->op == LM_S_LOAD) print_load(r, sb, s);
+      else print_value(r, sb, s->a, PREC_ADD);
+      lm_sb_puts(sb, " : 0.0f");
+      close_paren(sb, PREC_TERNARY, need);
+    }
+    return;
+  case LM_S_RAND:
+    r->use_r = 1;
+    lm_sb_printf(sb, "lm_philox_uniform(R[0], %uu, (%s)(", s->stream, d->u64);
+    print_x(r, sb, s->idx, 0, 0);
+    lm_sb_puts(sb, "), R[1])");
+    return;
+  case LM_S_LOG2:
+  case LM_S_EXP2:
+  case LM_S_SIN:
+  case LM_S_SQRT:
+    lm_sb_printf(sb, "%s(", d->math[LM_MATH_LOG2 + (s->op - LM_S_LOG2)]);
+    print_value(r, sb, s->a, 0);
+    lm_sb_puts(sb, ")");
+    return;
+  case LM_S_RECIP:
+    open_paren(sb, PREC_MUL, need);
+    lm_sb_puts(sb, "1.0f / ");
+    print_value(r, sb, s->a, PREC_MUL + 1);
+    close_paren(sb, PREC_MUL, need);
+    return;
+  case LM_S_ADD:
+    open_paren(sb, PREC_ADD, need);
+    print_value(r, sb, s->a, PREC_ADD); /* (a + b) + c prints a + b + c */
+    lm_sb_puts(sb, " + ");
+    print_value(r, sb, s->b, PREC_ADD + 1);
+    close_paren(sb, PREC_ADD, need);
+    return;
+  case LM_S_MUL: {
+    open_paren(sb, PREC_MUL, need);
+    /* (1/a) * b keeps its parentheses: / and * mixed read ambiguously */
+    int left_recip = r->inl[s->a] && r->k->stmts[s->a].op == LM_S_RECIP;
+    print_value(r, sb, s->a, left_recip ? PREC_MUL + 1 : PREC_MUL);
+    lm_sb_puts(sb, " * ");
+    print_value(r, sb, s->b, PREC_MUL + 1);
+    close_paren(sb, PREC_MUL, need);
+    return;
+  }
+  case LM_S_MOD:
+    lm_sb_printf(sb, "%s(", d->math[LM_MATH_FMOD]);
+    print_value(r, sb, s->a, 0);
+    lm_sb_puts(sb, ", ");
+    print_value(r, sb, s->b, 0);
+    lm_sb_puts(sb, ")");
+    return;
+  case LM_S_LT:
+    lm_sb_puts(sb, "(");
+    print_value(r, sb, s->a, PREC_ADD);
+    lm_sb_puts(sb, " < ");
+    print_value(r, sb, s->b, PREC_ADD);
+    lm_sb_puts(sb, " ? 1.0f : 0.0f)");
+    return;
+  default: fail(r, "statement %u (op %u) has no value", id, s->op); return;
+  }
+}
+
+/* A statement's value where it is read: its local, or its expression when inlined. */
+static void print_value(rk *r, lm_sb *sb, uint32_t id, int need) {
+  if (r->inl[id]) print_expr(r, sb, id, need);
+  else lm_sb_printf(sb, "v%u", id);
+}
+
+static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
+  const lm_stmt *s = &r->k->stmts[id];
+  if (!r->live[id] || r->inl[id]) return;
+  indent(sb, ind);
+  switch (s->op) {
+  case LM_S_ACC:
+    lm_sb_printf(sb, "float v%u = ", id);
+    print_float(r, sb, s->f, 0);
+    break;
+  case LM_S_ACC_SUM:
+    lm_sb_printf(sb, "v%u += ", s->a);
+    print_value(r, sb, s->b, 0);
+    break;
+  case LM_S_ACC_MAX:
+    lm_sb_printf(sb, "v%u = %s(v%u, ", s->a, r->d->math[LM_MATH_FMAX], s->a);
+    print_value(r, sb, s->b, 0);
+    lm_sb_puts(sb, ")");
+    break;
+  case LM_S_STORE:
+    if (!trivially_valid(r, s->valid)) {
+      lm_sb_puts(sb, "if (");
+      print_x(r, sb, s->valid, 0, 0);
+      lm_sb_puts(sb, ") ");
+    }
+    r->bufwr[s->buf] = 1;
+    lm_sb_printf(sb, "b%u[", s->buf);
+    print_x(r, sb, s->idx, 0, 0);
+    lm_sb_puts(sb, "] = ");
+    print_value(r, sb, s->a, 0);
+    break;
+  default:
+    lm_sb_printf(sb, "float v%u = ", id);
+    print_expr(r, sb, id, 0);
+    break;
+  }
+  lm_sb_puts(sb, ";\n");
+}
+
+static void emit_block(rk *r, lm_sb *sb, int32_t loop, int ind);
+
+/* A loop is printed only when something live happens inside it. */
+static int has_work(const rk *r, int32_t loop) {
+  const lm_block *b = block_of(r->k, loop);
+  for (size_t i = 0; i < b->n; i++)
+    if (b->items[i].is_loop ? has_work(r, (int32_t)b->items[i].id) : r->live[b->items[i].id]) return 1;
+  return 0;
+}
+
+static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
+  const lm_kernel *k = r->k;
+  if (!has_work(r, l)) return;
+  if (l < k->npar && r->flat) { /* the thread index already names this point of the domain */
+    emit_block(r, sb, l, ind);
+    return;
+  }
+  indent(sb, ind);
+  if (l == 0 && k->npar > 0) lm_sb_printf(sb, "for (%s i0 = start; i0 < end; i0++) {\n", r->d->i64);
+  else {
+    lm_sb_printf(sb, "for (%s i%d = 0; i%d < ", r->d->i64, l, l);
+    print_x(r, sb, k->loops[l].extent, 2, 0);
+    lm_sb_printf(sb, "; i%d++) {\n", l);
+  }
+  emit_block(r, sb, l, ind + 1);
+  indent(sb, ind);
+  lm_sb_puts(sb, "}\n");
+}
+
+static void emit_block(rk *r, lm_sb *sb, int32_t loop, int ind) {
+  const lm_block *b = block_of(r->k, loop);
+  for (size_t i = 0; i < b->n && !r->bad; i++) {
+    if (b->items[i].is_loop) emit_loop(r, sb, (int32_t)b->items[i].id, ind);
+    else emit_stmt(r, sb, b->items[i].id, ind);
+  }
+}
+
+/* GPU dialects: each parallel loop variable the body reads, from the flat thread index
+ * (loop npar-1 fastest). */
+static void emit_unflatten(rk *r, lm_sb *sb) {
+  const lm_kernel *k = r->k;
+  for (int l = 0; l < k->npar; l++) {
+    if (!r->varuse[l]) continue;
+    lm_expr stride = lm_x_const(r->x, 1);
+    for (int j = l + 1; j < k->npar; j++) stride = lm_x_mul(r->x, stride, k->loops[j].extent);
+    if (!stride) {
+      fail(r, "out of memory");
+      return;
+    }
+    lm_sb_printf(sb, "  const %s i%d = ", r->d->i64, l);
+    int div = !lm_x_is_const(r->x, stride, 1), mod = l > 0;
+    if (div && mod) lm_sb_puts(sb, "(");
+    lm_sb_puts(sb, "gid");
+    if (div) {
+      lm_sb_puts(sb, " / ");
+      print_x(r, sb, stride, 5, 0);
+    }
+    if (div && mod) lm_sb_puts(sb, ")");
+    if (mod) {
+      lm_sb_puts(sb, " % ");
+      print_x(r, sb, k->loops[l].extent, 5, 0);
+    }
+    lm_sb_puts(sb, ";\n");
+  }
+}
+
+static void emit_signature(rk *r, lm_sb *sb, const char *name) {
+  const lm_kernel *k = r->k;
+  const lm_dialect_info *d = r->d;
+  lm_sb_printf(sb, "%svoid %s(", d->kernel_qual, name);
+  switch (r->dia) {
+  case LM_DIALECT_C:
+    lm_sb_puts(sb, "float *const *restrict B, const int64_t *restrict S, const uint64_t *restrict R, "
+                   "int64_t start, int64_t end) {\n");
+    break;
+  case LM_DIALECT_CUDA:
+    lm_sb_puts(sb, "float *const *B, const long long *S, const unsigned long long *R, long long total) {\n");
+    break;
+  case LM_DIALECT_OPENCL:
+    for (size_t j = 0; j < k->nbufs; j++)
+      lm_sb_printf(sb, "__global %sfloat *restrict b%u, ", r->bufwr[k->bufs[j]] ? "" : "const ", k->bufs[j]);
+    lm_sb_puts(sb, "__global const long *S, __global const ulong *R, long total) {\n");
+    break;
+  case LM_DIALECT_MSL:
+    for (size_t j = 0; j < k->nbufs; j++)
+      lm_sb_printf(sb, "%sdevice float *b%u [[buffer(%zu)]], ", r->bufwr[k->bufs[j]] ? "" : "const ", k->bufs[j], j);
+    lm_sb_printf(sb,
+                 "constant long *S [[buffer(%zu)]], constant ulong *R [[buffer(%zu)]], "
+                 "constant long &total [[buffer(%zu)]], uint tid [[thread_position_in_grid]]) {\n",
+                 k->nbufs, k->nbufs + 1, k->nbufs + 2);
+    break;
+  default: fail(r, "bad dialect"); break;
+  }
+}
+
+/* Symbol names: s_ + the name with non-identifier characters as '_', made unique. */
+static int name_symbols(rk *r) {
+  const lm_exprs *x = r->x;
+  for (size_t i = 0; i < x->nsyms; i++) {
+    lm_sb sb = {0};
+    lm_sb_puts(&sb, "s_");
+    for (const char *c = x->syms[i].name; *c; c++) {
+      int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_';
+      lm_sb_printf(&sb, "%c", ok ? *c : '_');
+    }
+    for (size_t j = 0; j < i && !sb.failed; j++)
+      if (r->symname[j] && sb.s && !strcmp(r->symname[j], sb.s)) {
+        lm_sb_printf(&sb, "_%zu", i);
+        break;
+      }
+    if (!(r->symname[i] = lm_sb_take(&sb))) return 0;
+  }
+  return 1;
+}
+
+static void rk_free(rk *r) {
+  if (r->symname)
+    for (size_t i = 0; i < r->x->nsyms; i++) lm_free(r->symname[i]);
+  lm_free(r->symname);
+  lm_free(r->ext);
+  lm_free(r->live);
+  lm_free(r->inl);
+  lm_free(r->uses);
+  lm_free(r->user);
+  lm_free(r->blk);
+  lm_free(r->pos);
+  lm_free(r->lseen);
+  lm_free(r->varuse);
+  lm_free(r->bufrd);
+  lm_free(r->bufwr);
+  lm_free(r->symuse);
+}
+
+/* Appends kernel k to out. LM_OK, LM_ERR_NOMEM or LM_ERR_INVALID (with lm_fail's message). */
+static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect dia, lm_sb *out) {
+  if (!p || !p->g || !k || (unsigned)dia >= LM_DIALECT_COUNT)
+    return lm_fail(LM_ERR_INVALID, "render: no plan, kernel or dialect");
+  lm_exprs *x = &p->g->x;
+  if (x->failed) return lm_fail(LM_ERR_NOMEM, "render: the graph's expressions lost an allocation");
+  rk r = {.x = x, .p = p, .k = k, .d = &dialects[dia], .dia = dia, .flat = dia != LM_DIALECT_C};
+  size_t ns = k->nstmts + 1, nl = k->nloops + 1;
+  r.ext = lm_calloc(nl, sizeof *r.ext);
+  r.live = lm_calloc(ns, 1);
+  r.inl = lm_calloc(ns, 1);
+  r.uses = lm_calloc(ns, sizeof *r.uses);
+  r.user = lm_calloc(ns, sizeof *r.user);
+  r.blk = lm_calloc(ns, sizeof *r.blk);
+  r.pos = lm_calloc(ns, sizeof *r.pos);
+  r.lseen = lm_calloc(nl, 1);
+  r.varuse = lm_calloc(nl, 1);
+  r.bufrd = lm_calloc(p->nbufs + 1, 1);
+  r.bufwr = lm_calloc(p->nbufs + 1, 1);
+  r.symuse = lm_calloc(x->nsyms + 1, 1);
+  r.symname = lm_calloc(x->nsyms + 1, sizeof *r.symname);
+  r.zero = lm_x_const(x, 0);
+  lm_sb body = {0}, head = {0};
+  lm_status st = LM_ERR_NOMEM;
+  if (!r.ext || !r.live || !r.inl || !r.uses || !r.user || !r.blk || !r.pos || !r.lseen || !r.varuse ||
+      !r.bufrd || !r.bufwr || !r.symuse || !r.symname || !r.zero || !name_symbols(&r))
+    goto done;
+
+  /* ---- analysis */
+  for (size_t i = 0; i < k->nloops; i++) r.ext[i] = k->loops[i].extent;
+  r.xc = (lm_xctx){r.ext, (int)k->nloops};
+  for (size_t i = 0; i < k->nstmts; i++) r.blk[i] = -2;
+  if (k->npar < 0 || (size_t)k->npar > k->nloops) fail(&r, "npar %d with %zu loops", k->npar, k->nloops);
+  for (size_t i = 0; i < k->nloops && !r.bad; i++) {
+    const lm_loop *lp = &k->loops[i];
+    if (lp->parent < -1 || lp->parent >= (int32_t)k->nloops) fail(&r, "loop %zu: bad parent %d", i, lp->parent);
+    else if (!lp->extent || lp->extent >= x->n) fail(&r, "loop %zu: no extent", i);
+    else if ((int)i < k->npar && lp->parent != (int32_t)i - 1)
+      fail(&r, "parallel loop %zu is not nested in loop %zu", i, i - 1);
+  }
+  if (!r.bad) place(&r, -1, 0);
+  for (int i = 0; i < k->npar && !r.bad; i++)
+    if (!r.lseen[i]) fail(&r, "parallel loop %d is in no block", i);
+  if (!r.bad) check_stmts(&r);
+  if (!r.bad) liveness(&r);
+  if (!r.bad) choose_inline(&r);
+
+  /* ---- body first: it tells which variables, symbols and buffers the head must bind */
+  int base = r.flat || k->npar > 0 ? 1 : 2;
+  if (!r.bad) emit_block(&r, &body, -1, base);
+  if (r.flat && !r.bad) emit_unflatten(&r, &head);
+  if (r.bad || x->failed || body.failed || head.failed) {
+    st = r.bad && !x->failed ? lm_fail(LM_ERR_INVALID, "render: kernel %.32s: %s", k->name, r.why) : LM_ERR_NOMEM;
+    goto done;
+  }
+
+  char name[48];
+  lm_render_entry_name(k, name, sizeof name);
+  emit_signature(&r, out, name);
+  if (r.flat) {
+    lm_sb_printf(out, "  const %s gid = %s;\n  if (gid >= total) return;\n", r.d->i64, r.d->global_id);
+  }
+  int any_buf = 0, any_sym = 0;
+  for (size_t j = 0; j < k->nbufs; j++) {
+    uint32_t b = k->bufs[j];
+    if (b >= p->nbufs || !(r.bufrd[b] || r.bufwr[b])) continue;
+    any_buf = 1;
+    if (dia == LM_DIALECT_C || dia == LM_DIALECT_CUDA)
+      lm_sb_printf(out, "  %sfloat *%s b%u = B[%u];\n", r.bufwr[b] ? "" : "const ", r.d->restrict_kw, b, b);
+  }
+  for (size_t i = 0; i < x->nsyms; i++)
+    if (r.symuse[i]) {
+      any_sym = 1;
+      lm_sb_printf(out, "  const %s %s = S[%zu];\n", r.d->i64, r.symname[i], i);
+    }
+  if (!any_buf && (dia == LM_DIALECT_C || dia == LM_DIALECT_CUDA)) lm_sb_puts(out, "  (void)B;\n");
+  if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
+  if (!r.use_r) lm_sb_puts(out, "  (void)R;\n");
+  if (head.s) lm_sb_puts(out, head.s);
+  if (!r.flat && k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
+  if (body.s) lm_sb_puts(out, body.s);
+  if (!r.flat && k->npar == 0) lm_sb_puts(out, "  }\n");
+  lm_sb_puts(out, "}\n");
+  st = r.bad ? lm_fail(LM_ERR_INVALID, "render: kernel %.32s: %s", k->name, r.why) : LM_OK;
+  /* proving bounds interns expressions: a failed allocation there makes the text unreliable */
+  if (body.failed || head.failed || out->failed || x->failed) st = lm_fail(LM_ERR_NOMEM, "render: out of memory");
+done:
+  if (st == LM_ERR_NOMEM) lm_fail(LM_ERR_NOMEM, "render: out of memory");
+  lm_sb_free(&body);
+  lm_sb_free(&head);
+  rk_free(&r);
+  return st;
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+char *lm_render_prelude(lm_dialect d) {
+  if ((unsigned)d >= LM_DIALECT_COUNT) {
+    lm_fail(LM_ERR_INVALID, "render: bad dialect %d", (int)d);
+    return NULL;
+  }
+  lm_sb sb = {0};
+  emit_prelude(&sb, &dialects[d]);
+  return lm_sb_take(&sb);
+}
+
+char *lm_render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect d) {
+  lm_sb sb = {0};
+  if (render_kernel(p, k, d, &sb) != LM_OK) {
+    lm_sb_free(&sb);
+    return NULL;
+  }
+  return lm_sb_take(&sb);
+}
+
+char *lm_render_plan(const lm_plan *p, lm_dialect d) {
+  if ((unsigned)d >= LM_DIALECT_COUNT || !p) {
+    lm_fail(LM_ERR_INVALID, "render: no plan or bad dialect");
+    return NULL;
+  }
+  lm_sb sb = {0};
+  emit_prelude(&sb, &dialects[d]);
+  for (size_t i = 0; i < p->nkernels; i++) {
+    lm_sb_puts(&sb, "\n");
+    if (render_kernel(p, &p->kernels[i], d, &sb) != LM_OK) {
+      lm_sb_free(&sb);
+      return NULL;
+    }
+  }
+  return lm_sb_take(&sb);
+}

@@ -1,0 +1,271 @@
+/* compiler/runtime.c — backends and programs: the backend registry, symbol bindings,
+ * host-visible input/output buffers sized from the bindings, and runs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "lumen/runtime.h"
+#include "validate.h"
+
+static const lm_backend_ops *const registry[] = {
+    &lm_backend_cpu,
+    &lm_backend_ref,
+};
+
+struct lm_backend {
+  const lm_backend_ops *ops;
+  void *ctx;
+};
+
+typedef struct buffer {
+  void *buf;
+  size_t count; /* elements */
+  int written;  /* data inputs: written since (re)allocation */
+} buffer;
+
+struct lm_program {
+  lm_backend_t *b;
+  lm_graph_t *g;
+  void *exe;
+  int64_t *syms;
+  uint8_t *bound;
+  buffer *in, *out;
+  void **in_ptrs, **out_ptrs;
+  uint64_t seed, run;
+};
+
+int lm_backend_count(void) { return (int)LM_COUNTOF(registry); }
+
+const char *lm_backend_name_at(int i) {
+  return i >= 0 && i < lm_backend_count() ? registry[i]->name : NULL;
+}
+
+lm_backend_t *lm_backend_new(const char *name) {
+  const lm_backend_ops *ops = NULL;
+  for (size_t i = 0; i < LM_COUNTOF(registry); i++)
+    if (name && !strcmp(registry[i]->name, name)) ops = registry[i];
+  if (!ops) {
+    lm_sb known = {0};
+    for (size_t i = 0; i < LM_COUNTOF(registry); i++) lm_sb_printf(&known, "%s%s", i ? ", " : "", registry[i]->name);
+    lm_fail(LM_ERR_UNSUPPORTED, "unknown backend '%s' (this build has: %s)", name ? name : "(null)",
+            known.s ? known.s : "");
+    lm_sb_free(&known);
+    return NULL;
+  }
+  lm_backend_t *b = lm_calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->ops = ops;
+  if (ops->open(&b->ctx) != LM_OK) {
+    lm_free(b);
+    return NULL;
+  }
+  return b;
+}
+
+void lm_backend_free(lm_backend_t *b) {
+  if (!b) return;
+  b->ops->close(b->ctx);
+  lm_free(b);
+}
+
+const char *lm_backend_name(const lm_backend_t *b) { return b ? b->ops->name : NULL; }
+
+/* ---------------------------------------------------------------- programs */
+
+lm_program_t *lm_program_new(lm_backend_t *b, const lm_graph_t *g) {
+  if (!b || !g) {
+    lm_fail(LM_ERR_INVALID, "lm_program_new: %s is NULL", b ? "graph" : "backend");
+    return NULL;
+  }
+  if (lm_graph_validate(g) != LM_OK) return NULL;
+  lm_program_t *p = lm_calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->b = b;
+  p->g = lm_graph_clone(g);
+  if (!p->g) goto fail;
+  size_t ns = p->g->x.nsyms, ni = p->g->ninputs, no = p->g->noutputs;
+  p->syms = lm_calloc(ns + 1, sizeof *p->syms);
+  p->bound = lm_calloc(ns + 1, 1);
+  p->in = lm_calloc(ni + 1, sizeof *p->in);
+  p->out = lm_calloc(no + 1, sizeof *p->out);
+  p->in_ptrs = lm_calloc(ni + 1, sizeof *p->in_ptrs);
+  p->out_ptrs = lm_calloc(no + 1, sizeof *p->out_ptrs);
+  if (!p->syms || !p->bound || !p->in || !p->out || !p->in_ptrs || !p->out_ptrs) goto fail;
+  if (b->ops->prepare(b->ctx, p->g, &p->exe) != LM_OK) goto fail;
+  return p;
+fail:
+  lm_program_free(p);
+  return NULL;
+}
+
+static void release(lm_program_t *p, buffer *bf) {
+  if (bf->buf) p->b->ops->release(p->b->ctx, bf->buf);
+  *bf = (buffer){0};
+}
+
+void lm_program_free(lm_program_t *p) {
+  if (!p) return;
+  if (p->g) {
+    for (size_t i = 0; p->in && i < p->g->ninputs; i++) release(p, &p->in[i]);
+    for (size_t i = 0; p->out && i < p->g->noutputs; i++) release(p, &p->out[i]);
+    if (p->exe) p->b->ops->unprepare(p->b->ctx, p->exe);
+  }
+  lm_graph_free(p->g);
+  lm_free(p->syms);
+  lm_free(p->bound);
+  lm_free(p->in);
+  lm_free(p->out);
+  lm_free(p->in_ptrs);
+  lm_free(p->out_ptrs);
+  lm_free(p);
+}
+
+void lm_program_set_seed(lm_program_t *p, uint64_t seed) { p->seed = seed; }
+void lm_program_set_run(lm_program_t *p, uint64_t run) { p->run = run; }
+uint64_t lm_program_run_index(const lm_program_t *p) { return p->run; }
+
+/* The first symbol in e that is not bound, or -1. */
+static int unbound_symbol(const lm_program_t *p, lm_expr e) {
+  const lm_xnode *n = lm_x_node(&p->g->x, e);
+  switch (n->op) {
+  case LM_X_CONST:
+  case LM_X_VAR: return -1;
+  case LM_X_SYM: return p->bound[n->v] ? -1 : (int)n->v;
+  default: {
+    int k = unbound_symbol(p, n->a);
+    return k >= 0 ? k : unbound_symbol(p, n->b);
+  }
+  }
+}
+
+/* Element count of a shape, or an error naming the unbound symbol. */
+static lm_status shape_count(lm_program_t *p, const lm_shape *s, const char *what, size_t *count) {
+  const lm_exprs *x = &p->g->x;
+  size_t n = 1;
+  for (int i = 0; i < s->rank; i++) {
+    int k = unbound_symbol(p, s->dim[i]);
+    if (k >= 0) return lm_fail(LM_ERR_INVALID, "%s: symbol %s is not bound", what, x->syms[k].name);
+    int64_t d = lm_x_eval(x, s->dim[i], NULL, p->syms);
+    if (d < 0) return lm_fail(LM_ERR_INVALID, "%s: dimension %d evaluates to %lld", what, i, (long long)d);
+    n *= (size_t)d;
+  }
+  *count = n;
+  return LM_OK;
+}
+
+static int find_input(const lm_graph_t *g, const char *name) {
+  for (size_t i = 0; i < g->ninputs; i++)
+    if (!strcmp(g->inputs[i].name, name)) return (int)i;
+  return -1;
+}
+
+static int find_output(const lm_graph_t *g, const char *name) {
+  for (size_t i = 0; i < g->noutputs; i++)
+    if (!strcmp(g->outputs[i].name, name)) return (int)i;
+  return -1;
+}
+
+/* Makes sure the buffer matches the current bindings; persistent inputs start at zero. */
+static lm_status ensure(lm_program_t *p, buffer *bf, const lm_shape *s, const char *what, int zero) {
+  size_t count;
+  lm_status st = shape_count(p, s, what, &count);
+  if (st != LM_OK) return st;
+  if (bf->buf && bf->count == count) return LM_OK;
+  release(p, bf);
+  st = p->b->ops->alloc(p->b->ctx, (count ? count : 1) * sizeof(float), &bf->buf);
+  if (st != LM_OK) return st;
+  bf->count = count;
+  if (zero) st = p->b->ops->fill_zero(p->b->ctx, bf->buf, (count ? count : 1) * sizeof(float));
+  return st;
+}
+
+static lm_status ensure_input(lm_program_t *p, int i) {
+  const lm_input_info *in = &p->g->inputs[i];
+  char what[160];
+  snprintf(what, sizeof what, "input '%s'", in->name);
+  return ensure(p, &p->in[i], &p->g->nodes[in->node].shape, what, in->role != LM_ROLE_DATA);
+}
+
+static lm_status ensure_output(lm_program_t *p, int i) {
+  char what[160];
+  snprintf(what, sizeof what, "output '%s'", p->g->outputs[i].name);
+  return ensure(p, &p->out[i], lm_edge_shape(p->g, p->g->outputs[i].src), what, 0);
+}
+
+lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
+  lm_exprs *x = &p->g->x;
+  size_t k = 0;
+  while (k < x->nsyms && strcmp(x->syms[k].name, symbol)) k++;
+  if (k == x->nsyms) return lm_fail(LM_ERR_INVALID, "bind: the graph has no symbol '%s'", symbol);
+  if (value < x->syms[k].least)
+    return lm_fail(LM_ERR_INVALID, "bind: %s = %lld is below its least value %lld", symbol, (long long)value,
+                   (long long)x->syms[k].least);
+  if (p->bound[k] && p->syms[k] == value) return LM_OK;
+  p->syms[k] = value;
+  p->bound[k] = 1;
+  /* buffers whose size changed are reallocated on next use; data must be rewritten */
+  for (size_t i = 0; i < p->g->ninputs; i++) {
+    size_t count;
+    const lm_shape *s = &p->g->nodes[p->g->inputs[i].node].shape;
+    if (p->in[i].buf && (shape_count(p, s, "input", &count) != LM_OK || count != p->in[i].count)) release(p, &p->in[i]);
+  }
+  for (size_t i = 0; i < p->g->noutputs; i++) release(p, &p->out[i]);
+  lm_clear_error();
+  return LM_OK;
+}
+
+lm_status lm_program_numel(lm_program_t *p, const char *name, size_t *count) {
+  int i = find_input(p->g, name);
+  if (i >= 0) return shape_count(p, &p->g->nodes[p->g->inputs[i].node].shape, name, count);
+  if ((i = find_output(p->g, name)) >= 0) return shape_count(p, lm_edge_shape(p->g, p->g->outputs[i].src), name, count);
+  return lm_fail(LM_ERR_INVALID, "the program has no input or output named '%s'", name);
+}
+
+lm_status lm_program_write(lm_program_t *p, const char *name, const float *src, size_t count) {
+  int i = find_input(p->g, name);
+  if (i < 0) return lm_fail(LM_ERR_INVALID, "write: the program has no input named '%s'", name);
+  lm_status st = ensure_input(p, i);
+  if (st != LM_OK) return st;
+  if (count != p->in[i].count)
+    return lm_fail(LM_ERR_INVALID, "write: input '%s' holds %zu elements, got %zu", name, p->in[i].count, count);
+  st = p->b->ops->write(p->b->ctx, p->in[i].buf, src, count * sizeof(float));
+  if (st == LM_OK) p->in[i].written = 1;
+  return st;
+}
+
+lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t count) {
+  buffer *bf;
+  int i = find_output(p->g, name);
+  if (i >= 0) {
+    bf = &p->out[i];
+    if (!bf->buf) return lm_fail(LM_ERR_INVALID, "read: output '%s' has not been computed yet (run first)", name);
+  } else if ((i = find_input(p->g, name)) >= 0) {
+    lm_status st = ensure_input(p, i);
+    if (st != LM_OK) return st;
+    bf = &p->in[i];
+    if (p->g->inputs[i].role == LM_ROLE_DATA && !bf->written)
+      return lm_fail(LM_ERR_INVALID, "read: data input '%s' was never written", name);
+  } else return lm_fail(LM_ERR_INVALID, "read: the program has no input or output named '%s'", name);
+  if (count != bf->count)
+    return lm_fail(LM_ERR_INVALID, "read: '%s' holds %zu elements, asked for %zu", name, bf->count, count);
+  return p->b->ops->read(p->b->ctx, bf->buf, dst, count * sizeof(float));
+}
+
+lm_status lm_program_run(lm_program_t *p) {
+  lm_status st = lm_graph_check_bindings(p->g, p->syms, p->bound);
+  if (st != LM_OK) return st;
+  for (size_t i = 0; i < p->g->ninputs; i++) {
+    if ((st = ensure_input(p, (int)i)) != LM_OK) return st;
+    if (p->g->inputs[i].role == LM_ROLE_DATA && !p->in[i].written)
+      return lm_fail(LM_ERR_INVALID, "run: data input '%s' was not written", p->g->inputs[i].name);
+    p->in_ptrs[i] = p->in[i].buf;
+  }
+  for (size_t i = 0; i < p->g->noutputs; i++) {
+    if ((st = ensure_output(p, (int)i)) != LM_OK) return st;
+    p->out_ptrs[i] = p->out[i].buf;
+  }
+  lm_run_args args = {p->syms, p->in_ptrs, p->out_ptrs, p->seed, p->run};
+  st = p->b->ops->run(p->b->ctx, p->exe, &args);
+  if (st == LM_OK) p->run++;
+  return st;
+}

@@ -1,0 +1,54 @@
+/* lumen/runtime.h — backends and programs: a program is a graph prepared for one backend,
+ * with its symbolic dimensions bound at run time and its persistent parameters and state
+ * kept on the backend between runs. */
+#ifndef LUMEN_RUNTIME_H
+#define LUMEN_RUNTIME_H
+
+#include "lumen/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lm_backend lm_backend_t;
+typedef struct lm_program lm_program_t;
+
+/* Backends compiled into this build, in preference order ("ref" is always present). */
+int lm_backend_count(void);
+const char *lm_backend_name_at(int i);
+
+/* Opens a backend by name; NULL (and lm_last_error) when unknown or unavailable. */
+lm_backend_t *lm_backend_new(const char *name);
+void lm_backend_free(lm_backend_t *b);
+const char *lm_backend_name(const lm_backend_t *b);
+
+/* Validates the graph and prepares it for the backend. The program keeps its own copy
+ * of the graph, so the caller may free the graph afterwards. */
+lm_program_t *lm_program_new(lm_backend_t *b, const lm_graph_t *g);
+void lm_program_free(lm_program_t *p);
+
+/* Binds a symbol (by name) to a value >= its least value. Rebinding to another value
+ * resizes the buffers that depend on it; persistent ones are zeroed. */
+lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value);
+
+/* RAND's key and counter: uniforms of a run depend on (seed, stream, element, run).
+ * The run counter starts at 0 and advances by one after every run. */
+void lm_program_set_seed(lm_program_t *p, uint64_t seed);
+void lm_program_set_run(lm_program_t *p, uint64_t run);
+uint64_t lm_program_run_index(const lm_program_t *p);
+
+/* Element count of a named input or output under the current bindings. */
+lm_status lm_program_numel(lm_program_t *p, const char *name, size_t *count);
+/* Copies host floats into a named input (data, parameter or state); count must equal
+ * its element count. Data inputs must be written before the first run; parameters and
+ * state start at zero. */
+lm_status lm_program_write(lm_program_t *p, const char *name, const float *src, size_t count);
+/* Copies a named output, parameter or state to the host. */
+lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t count);
+/* Runs the graph once: computes the outputs, then applies every assign. */
+lm_status lm_program_run(lm_program_t *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,110 @@
+/* tests/support/check.c — the shared test helpers of check.h. */
+#include "support/check.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+
+check_rng check_rng_new(uint64_t seed) { return (check_rng){seed}; }
+
+uint64_t check_next(check_rng *r) {
+  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double check_uniform(check_rng *r, double lo, double hi) {
+  return lo + (hi - lo) * (double)(check_next(r) >> 11) * 0x1.0p-53;
+}
+
+void check_fill(check_rng *r, float *dst, size_t n, double lo, double hi, double min_abs) {
+  cr_assert(hi > lo && (hi > min_abs || lo < -min_abs), "check_fill: [%g, %g) has nothing with |v| >= %g", lo, hi,
+            min_abs);
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    do v = (float)check_uniform(r, lo, hi);
+    while (fabsf(v) < min_abs || v >= hi);
+    dst[i] = v;
+  }
+}
+
+void check_fill_index(check_rng *r, float *dst, size_t count, int n) {
+  for (size_t i = 0; i < count; i++) dst[i] = (float)(check_next(r) % (uint64_t)n);
+}
+
+void check_poison(float *dst, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = NAN;
+}
+
+static int matches(float got, double want, double rtol, double atol) {
+  if (isnan(want)) return isnan(got);
+  if (isinf(want)) return isinf(got) && signbit(got) == signbit(want);
+  if (!isfinite(got)) return 0;
+  return fabs((double)got - want) <= atol + rtol * fabs(want);
+}
+
+void check_close(const char *what, const float *got, const double *want, size_t n, double rtol, double atol) {
+  size_t bad = n, nbad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (matches(got[i], want[i], rtol, atol)) continue;
+    if (bad == n) bad = i;
+    nbad++;
+    double err = fabs((double)got[i] - want[i]);
+    if (!(err <= worst)) worst = err;
+  }
+  if (nbad)
+    cr_assert_fail("%s: %zu of %zu values off (rtol %g, atol %g); first at [%zu]: got %.9g, want %.9g; "
+                   "worst abs error %.3g",
+                   what, nbad, n, rtol, atol, bad, (double)got[bad], want[bad], worst);
+}
+
+void check_finite(const char *what, const float *got, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(got[i])) cr_assert_fail("%s: value [%zu] = %g is not finite", what, i, (double)got[i]);
+}
+
+check_prog check_prog_new(const lm_graph_t *g, const char *backend) {
+  check_prog p = {lm_backend_new(backend), NULL};
+  cr_assert(p.backend, "backend %s: %s", backend, lm_last_error());
+  p.program = lm_program_new(p.backend, g);
+  if (!p.program) {
+    lm_backend_free(p.backend);
+    cr_assert_fail("lm_program_new on %s: %s", backend, lm_last_error());
+  }
+  return p;
+}
+
+void check_prog_free(check_prog *p) {
+  lm_program_free(p->program);
+  lm_backend_free(p->backend);
+  *p = (check_prog){0};
+}
+
+void check_prog_run(check_prog *p, const check_sym *syms, size_t nsyms, const check_buf *in, size_t nin,
+                    const check_buf *out, size_t nout) {
+  for (size_t i = 0; i < nsyms; i++)
+    cr_assert(lm_program_bind(p->program, syms[i].name, syms[i].value) == LM_OK, "bind %s = %lld: %s", syms[i].name,
+              (long long)syms[i].value, lm_last_error());
+  for (size_t i = 0; i < nin; i++)
+    cr_assert(lm_program_write(p->program, in[i].name, in[i].data, in[i].count) == LM_OK, "write %s: %s",
+              in[i].name, lm_last_error());
+  cr_assert(lm_program_run(p->program) == LM_OK, "run: %s", lm_last_error());
+  for (size_t i = 0; i < nout; i++) {
+    size_t count = 0;
+    cr_assert(lm_program_numel(p->program, out[i].name, &count) == LM_OK, "numel %s: %s", out[i].name,
+              lm_last_error());
+    cr_assert(count == out[i].count, "output %s holds %zu elements, the test expects %zu", out[i].name, count,
+              out[i].count);
+    check_poison(out[i].data, out[i].count);
+    cr_assert(lm_program_read(p->program, out[i].name, out[i].data, out[i].count) == LM_OK, "read %s: %s",
+              out[i].name, lm_last_error());
+  }
+}
+
+void check_run_ref(const lm_graph_t *g, const check_sym *syms, size_t nsyms, const check_buf *in, size_t nin,
+                   const check_buf *out, size_t nout) {
+  check_prog p = check_prog_new(g, "ref");
+  check_prog_run(&p, syms, nsyms, in, nin, out, nout);
+  check_prog_free(&p);
+}

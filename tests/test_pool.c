@@ -1,0 +1,237 @@
+/* Tests for the cpu backend's thread pool (compiler/pool.c): every index runs exactly once, the
+ * partition is the documented formula, chunk 0 runs on the caller, per-block float reductions are
+ * bitwise identical for any thread count, and many back-to-back runs stay correct. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+/* ---- coverage and partition ------------------------------------------------------------------ */
+
+#define MAX_CALLS 64
+
+typedef struct record {
+  atomic_int *hits; /* per index */
+  atomic_int n_calls;
+  int64_t start[MAX_CALLS], end[MAX_CALLS];
+  int on_caller[MAX_CALLS];
+  pthread_t caller;
+} record;
+
+static void record_fn(void *arg, int64_t start, int64_t end) {
+  record *r = arg;
+  int c = atomic_fetch_add(&r->n_calls, 1);
+  if (c < MAX_CALLS) {
+    r->start[c] = start;
+    r->end[c] = end;
+    r->on_caller[c] = pthread_equal(pthread_self(), r->caller);
+  }
+  for (int64_t i = start; i < end; i++) atomic_fetch_add(&r->hits[i], 1);
+}
+
+/* Runs [0, n) on a T-thread pool and checks: each index once; the calls are exactly the nonempty
+ * documented chunks; the chunk starting at 0 ran on the caller. */
+static void check_partition(lm_pool *p, int64_t n, int64_t min_per_thread) {
+  int T = lm_pool_size(p);
+  record r = {0};
+  r.hits = calloc((size_t)n + 1, sizeof *r.hits);
+  cr_assert(r.hits);
+  r.caller = pthread_self();
+  lm_pool_run(p, record_fn, &r, n, min_per_thread);
+  for (int64_t i = 0; i < n; i++)
+    cr_assert_eq(atomic_load(&r.hits[i]), 1, "T=%d n=%lld: index %lld ran %d times", T,
+                 (long long)n, (long long)i, atomic_load(&r.hits[i]));
+  int calls = atomic_load(&r.n_calls);
+  cr_assert_leq(calls, MAX_CALLS);
+  int alone = T == 1 || n / 2 < min_per_thread; /* n < 2 * min, without overflow */
+  int expected = 0;
+  for (int t = 0; t < T && n > 0; t++) {
+    int64_t a = alone ? (t ? n : 0) : lm_pool_chunk_start(n, T, t);
+    int64_t b = alone ? n : lm_pool_chunk_start(n, T, t + 1);
+    if (a == b) continue;
+    expected++;
+    int found = 0;
+    for (int c = 0; c < calls; c++) {
+      if (r.start[c] != a || r.end[c] != b) continue;
+      found = 1;
+      if (t == 0) cr_assert(r.on_caller[c], "T=%d n=%lld: chunk 0 ran off the caller", T, (long long)n);
+    }
+    cr_assert(found, "T=%d n=%lld: chunk %d [%lld, %lld) never ran", T, (long long)n, t,
+              (long long)a, (long long)b);
+  }
+  cr_assert_eq(calls, expected, "T=%d n=%lld: %d calls, expected %d (no empty chunks)", T,
+               (long long)n, calls, expected);
+  free(r.hits);
+}
+
+Test(pool, every_index_runs_exactly_once_for_many_sizes_and_thread_counts) {
+  static const int64_t sizes[] = {0, 1, 2, 3, 7, 1000};
+  for (int T = 1; T <= 4; T++) {
+    lm_pool *p = NULL;
+    cr_assert_eq(lm_pool_new(T, &p), LM_OK, "%s", lm_last_error());
+    cr_assert_eq(lm_pool_size(p), T);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      check_partition(p, sizes[i], 0);
+      check_partition(p, sizes[i], 1);
+    }
+    lm_pool_free(p);
+  }
+}
+
+Test(pool, partition_is_floor_t_n_over_T) {
+  cr_assert_eq(lm_pool_chunk_start(10, 3, 0), 0);
+  cr_assert_eq(lm_pool_chunk_start(10, 3, 1), 3);
+  cr_assert_eq(lm_pool_chunk_start(10, 3, 2), 6);
+  cr_assert_eq(lm_pool_chunk_start(10, 3, 3), 10);
+  cr_assert_eq(lm_pool_chunk_start(3, 4, 1), 0);
+  cr_assert_eq(lm_pool_chunk_start(3, 4, 2), 1);
+  for (int64_t n = 0; n < 200; n++)
+    for (int T = 1; T <= 9; T++)
+      for (int t = 0; t <= T; t++) cr_assert_eq(lm_pool_chunk_start(n, T, t), t * n / T);
+  /* No overflow near the top of int64_t: exact, monotone, ends at n. */
+  int64_t big = INT64_MAX - 5;
+  int64_t prev = 0;
+  for (int t = 0; t <= 7; t++) {
+    int64_t s = lm_pool_chunk_start(big, 7, t);
+    cr_assert_geq(s, prev);
+    prev = s;
+  }
+  cr_assert_eq(prev, big);
+  cr_assert_eq(lm_pool_chunk_start(big, 7, 3), (int64_t)((__int128)big * 3 / 7));
+}
+
+Test(pool, small_n_runs_on_the_caller_alone) {
+  lm_pool *p = NULL;
+  cr_assert_eq(lm_pool_new(4, &p), LM_OK);
+  check_partition(p, 5, 3);   /* 5 < 2*3: one call [0, 5) on the caller */
+  check_partition(p, 6, 3);   /* 6 >= 2*3: split four ways */
+  check_partition(p, 100, INT64_MAX); /* no overflow in 2 * min_per_thread */
+  lm_pool_free(p);
+}
+
+/* ---- deterministic reduction ----------------------------------------------------------------- */
+
+#define BLOCK 4096
+
+typedef struct reduce_job {
+  const float *x;
+  int64_t n;
+  float *partial; /* one per block */
+} reduce_job;
+
+static void reduce_blocks(void *arg, int64_t start, int64_t end) {
+  reduce_job *j = arg;
+  for (int64_t b = start; b < end; b++) {
+    int64_t lo = b * BLOCK, hi = lo + BLOCK < j->n ? lo + BLOCK : j->n;
+    float s = 0;
+    for (int64_t i = lo; i < hi; i++) s += j->x[i] * j->x[i] - 0.5f * j->x[i];
+    j->partial[b] = s;
+  }
+}
+
+static float reduce_with(int T, const float *x, int64_t n) {
+  int64_t nb = (n + BLOCK - 1) / BLOCK;
+  float *partial = malloc((size_t)nb * sizeof *partial);
+  cr_assert(partial);
+  for (int64_t b = 0; b < nb; b++) partial[b] = NAN; /* poison */
+  lm_pool *p = NULL;
+  cr_assert_eq(lm_pool_new(T, &p), LM_OK);
+  reduce_job j = {x, n, partial};
+  lm_pool_run(p, reduce_blocks, &j, nb, 1);
+  lm_pool_free(p);
+  float s = 0;
+  for (int64_t b = 0; b < nb; b++) s += partial[b]; /* combined in chunk (block) order */
+  free(partial);
+  return s;
+}
+
+Test(pool, per_block_float_reduction_is_bitwise_identical_for_1_to_4_threads) {
+  int64_t n = 1000003;
+  float *x = malloc((size_t)n * sizeof *x);
+  cr_assert(x);
+  uint32_t s = 12345;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    x[i] = ((float)(s >> 8) / 16777216.0f - 0.3f) * (float)(1 + (i % 97)); /* mixed magnitudes */
+  }
+  float one = reduce_with(1, x, n);
+  cr_assert(one == one && one != 0);
+  for (int T = 2; T <= 4; T++) {
+    float r = reduce_with(T, x, n);
+    cr_assert(memcmp(&r, &one, sizeof r) == 0, "T=%d: %.9g vs %.9g with 1 thread", T, r, one);
+  }
+  free(x);
+}
+
+/* ---- back-to-back runs ----------------------------------------------------------------------- */
+
+typedef struct add_job {
+  int64_t *v;
+  int64_t round;
+} add_job;
+
+static void add_round(void *arg, int64_t start, int64_t end) {
+  add_job *j = arg;
+  for (int64_t i = start; i < end; i++) j->v[i] += j->round + i;
+}
+
+Test(pool, many_back_to_back_runs_all_complete_before_returning) {
+  for (int T = 2; T <= 4; T++) {
+    lm_pool *p = NULL;
+    cr_assert_eq(lm_pool_new(T, &p), LM_OK);
+    enum { N = 37, ROUNDS = 20000 };
+    int64_t v[N] = {0};
+    add_job j = {v, 0};
+    for (int r = 0; r < ROUNDS; r++) {
+      j.round = r;
+      lm_pool_run(p, add_round, &j, N, 1);
+      /* The caller reads every chunk's result right away: it must be complete and visible. */
+      for (int i = 0; i < N; i++)
+        cr_assert_eq(v[i], (int64_t)r * (r + 1) / 2 + (int64_t)(r + 1) * i,
+                     "T=%d round %d index %d", T, r, i);
+    }
+    lm_pool_free(p);
+  }
+}
+
+Test(pool, runs_after_workers_fell_asleep_still_complete) {
+  lm_pool *p = NULL;
+  cr_assert_eq(lm_pool_new(3, &p), LM_OK);
+  for (int r = 0; r < 5; r++) {
+    nanosleep(&(struct timespec){0, 2000000}, NULL); /* longer than the spin: workers are asleep on the condition variable */
+    check_partition(p, 1000, 1);
+  }
+  lm_pool_free(p);
+}
+
+/* ---- sizing ---------------------------------------------------------------------------------- */
+
+Test(pool, zero_threads_means_lumen_threads_then_online_cpus) {
+  lm_pool *p = NULL;
+  setenv("LUMEN_THREADS", "3", 1);
+  cr_assert_eq(lm_pool_new(0, &p), LM_OK);
+  cr_assert_eq(lm_pool_size(p), 3);
+  lm_pool_free(p);
+  unsetenv("LUMEN_THREADS");
+  cr_assert_eq(lm_pool_new(0, &p), LM_OK);
+  cr_assert_eq(lm_pool_size(p), (int)sysconf(_SC_NPROCESSORS_ONLN));
+  lm_pool_free(p);
+}
+
+Test(pool, bad_thread_counts_are_rejected_with_a_message) {
+  lm_pool *p = (lm_pool *)1;
+  cr_assert_eq(lm_pool_new(-1, &p), LM_ERR_INVALID);
+  cr_assert_null(p);
+  setenv("LUMEN_THREADS", "two", 1);
+  cr_assert_eq(lm_pool_new(0, &p), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "LUMEN_THREADS='two'"), "%s", lm_last_error());
+  setenv("LUMEN_THREADS", "0", 1);
+  cr_assert_eq(lm_pool_new(0, &p), LM_ERR_INVALID);
+}
