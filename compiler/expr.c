@@ -810,3 +810,23 @@ void lm_x_print(const lm_exprs *x, lm_expr e, lm_sb *sb, const char *var_prefix)
   }
   print_rec(x, e, sb, var_prefix, 0);
 }
+
+lm_expr lm_x_subst(lm_exprs *x, lm_expr e, const lm_expr *map, int nmap) {
+  if (!e) return 0;
+  const lm_xnode nd = x->nodes[e];
+  switch (nd.op) {
+  case LM_X_CONST:
+  case LM_X_SYM: return e;
+  case LM_X_VAR: return nd.v < nmap && map[nd.v] ? map[nd.v] : e;
+  default: break;
+  }
+  lm_expr a = lm_x_subst(x, nd.a, map, nmap), b = lm_x_subst(x, nd.b, map, nmap);
+  switch (nd.op) {
+  case LM_X_ADD: return lm_x_add(x, a, b);
+  case LM_X_MUL: return lm_x_mul(x, a, b);
+  case LM_X_DIV: return lm_x_div(x, a, b);
+  case LM_X_MOD: return lm_x_mod(x, a, b);
+  case LM_X_LT: return lm_x_lt(x, a, b);
+  default: return lm_x_and(x, a, b);
+  }
+}

@@ -88,6 +88,9 @@ int lm_x_prove_eq(lm_exprs *x, lm_expr a, lm_expr b);
 uint64_t lm_x_vars_used(const lm_exprs *x, lm_expr e);
 int lm_x_uses_symbols(const lm_exprs *x, lm_expr e);
 
+/* e with every variable v < nmap that has map[v] != 0 replaced by map[v] (not simplified). */
+lm_expr lm_x_subst(lm_exprs *x, lm_expr e, const lm_expr *map, int nmap);
+
 int64_t lm_x_eval(const lm_exprs *x, lm_expr e, const int64_t *vars, const int64_t *syms);
 /* C-like text; loop variables print as `var_prefix` followed by their number. */
 void lm_x_print(const lm_exprs *x, lm_expr e, lm_sb *sb, const char *var_prefix);

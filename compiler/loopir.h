@@ -13,8 +13,8 @@
 
 typedef enum lm_sop {
   LM_S_CONST, /* f */
-  LM_S_LOAD,  /* buf[idx] where valid, else 0 */
-  LM_S_RAND,  /* Philox uniform of (seed, stream, element idx, run) */
+  LM_S_LOAD,  /* buf[idx] where valid, else 0 (local: the kernel's local array buf) */
+  LM_S_RAND,  /* Philox uniform of (seed, stream, element idx, run + step) */
   LM_S_LOG2,
   LM_S_EXP2,
   LM_S_SIN,
@@ -36,8 +36,10 @@ typedef struct lm_stmt {
   uint8_t op;   /* lm_sop */
   int32_t loop; /* enclosing loop, -1 = the kernel's root block */
   uint32_t a, b; /* operand statements */
-  uint32_t buf;  /* plan buffer of LOAD / STORE */
+  uint32_t buf;  /* plan buffer (or local array) of LOAD / STORE */
+  uint8_t local; /* LOAD / STORE: buf names one of the kernel's local arrays */
   lm_expr idx, valid;
+  lm_expr step;  /* RAND: added to the run counter (0 = none), e.g. a scan's time step */
   float f;
   uint32_t stream;
 } lm_stmt;
@@ -77,6 +79,8 @@ typedef struct lm_kernel {
   int npar;        /* loops 0..npar-1 are the parallel domain, nested in that order */
   uint32_t *bufs;  /* plan buffers the kernel touches, ascending */
   size_t nbufs, bufcap;
+  int64_t *locals; /* per local array: element count (private to each thread of the kernel) */
+  size_t nlocals, localcap;
 } lm_kernel;
 
 typedef enum lm_bufkind {
@@ -114,6 +118,15 @@ typedef struct lm_plan {
  * into their single consumer when that recomputes nothing, everything else is a kernel. */
 lm_status lm_lower(lm_graph_t *g, lm_plan **out);
 void lm_plan_free(lm_plan *p);
+/* Recomputes every buffer's first and last kernel. */
+void lm_plan_liveness(lm_plan *p);
+/* A scan of an env-local step plan as one kernel: a parallel loop over envs (the extent of
+ * every step kernel's outer loop), a serial time loop inside, the step's kernels in order
+ * in its body, carried state and per-env intermediates in local arrays (registers) where
+ * their per-env size is a constant. LM_ERR_UNSUPPORTED (no message) when the step is not
+ * env-local: some kernel reads another env's values, or has no env loop. */
+struct lm_scan_info;
+lm_status lm_scan_fuse(const lm_plan *step, int sym_T, int reverse, const uint8_t *per_step, lm_plan **out);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

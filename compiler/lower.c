@@ -90,6 +90,7 @@ static void kernel_free(lm_kernel *k) {
   lm_free(k->stmts);
   lm_free(k->root.items);
   lm_free(k->bufs);
+  lm_free(k->locals);
 }
 
 void lm_plan_free(lm_plan *p) {
@@ -453,7 +454,7 @@ done:
   lm_free(outbuf);
 }
 
-static void liveness(lm_plan *p) {
+void lm_plan_liveness(lm_plan *p) {
   for (size_t b = 0; b < p->nbufs; b++) p->bufs[b].first = p->bufs[b].last = -1;
   for (size_t ki = 0; ki < p->nkernels; ki++) {
     const lm_kernel *k = &p->kernels[ki];
@@ -500,7 +501,7 @@ lm_status lm_lower(lm_graph_t *g, lm_plan **out) {
     lower_once(&L, order, norder);
   } while (L.restart && L.st == LM_OK);
   if (L.st == LM_OK && g->x.failed) L.st = LM_ERR_NOMEM;
-  if (L.st == LM_OK) liveness(L.p);
+  if (L.st == LM_OK) lm_plan_liveness(L.p);
 done:
   lm_free(order);
   lm_free(L.mat);

@@ -320,7 +320,10 @@ static void check_stmts(rk *r) {
       fail(r, "statement %zu: operand b = %u is not a value", i, s->b);
     else if (is_update(s->op) && k->stmts[s->a].op != LM_S_ACC)
       fail(r, "statement %zu: updates %u, which is not an accumulator", i, s->a);
-    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE) && (s->buf >= r->p->nbufs || !buf_in_kernel(k, s->buf)))
+    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE) && s->local && s->buf >= k->nlocals)
+      fail(r, "statement %zu: local array %u of %zu", i, s->buf, k->nlocals);
+    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE) && !s->local &&
+             (s->buf >= r->p->nbufs || !buf_in_kernel(k, s->buf)))
       fail(r, "statement %zu: buffer %u is not among the kernel's buffers", i, s->buf);
     else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE || s->op == LM_S_RAND) && (!s->idx || s->idx >= r->x->n))
       fail(r, "statement %zu: missing index expression", i);
@@ -503,10 +506,13 @@ enum { PREC_TERNARY = 0, PREC_ADD = 1, PREC_MUL = 2, PREC_ATOM = 4 };
 
 static void print_value(rk *r, lm_sb *sb, uint32_t id, int need);
 
-/* b<buf>[idx] */
+/* b<buf>[idx], or l<buf>[idx] for a local array */
 static void print_load(rk *r, lm_sb *sb, const lm_stmt *s) {
-  r->bufrd[s->buf] = 1;
-  lm_sb_printf(sb, "b%u[", s->buf);
+  if (s->local) lm_sb_printf(sb, "l%u[", s->buf);
+  else {
+    r->bufrd[s->buf] = 1;
+    lm_sb_printf(sb, "b%u[", s->buf);
+  }
   print_x(r, sb, s->idx, 0, 0);
   lm_sb_puts(sb, "]");
 }
@@ -545,7 +551,11 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
     r->use_r = 1;
     lm_sb_printf(sb, "lm_philox_uniform(R[0], %uu, (%s)(", s->stream, d->u64);
     print_x(r, sb, s->idx, 0, 0);
-    lm_sb_puts(sb, "), R[1])");
+    if (s->step && !lm_x_is_const(r->x, s->step, 0)) {
+      lm_sb_printf(sb, "), R[1] + (%s)(", d->u64);
+      print_x(r, sb, s->step, 0, 0);
+      lm_sb_puts(sb, "))");
+    } else lm_sb_puts(sb, "), R[1])");
     return;
   case LM_S_LOG2:
   case LM_S_EXP2:
@@ -626,8 +636,11 @@ static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
       print_x(r, sb, s->valid, 0, 0);
       lm_sb_puts(sb, ") ");
     }
-    r->bufwr[s->buf] = 1;
-    lm_sb_printf(sb, "b%u[", s->buf);
+    if (s->local) lm_sb_printf(sb, "l%u[", s->buf);
+    else {
+      r->bufwr[s->buf] = 1;
+      lm_sb_printf(sb, "b%u[", s->buf);
+    }
     print_x(r, sb, s->idx, 0, 0);
     lm_sb_puts(sb, "] = ");
     print_value(r, sb, s->a, 0);
@@ -851,6 +864,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   if (!any_buf && (dia == LM_DIALECT_C || dia == LM_DIALECT_CUDA)) lm_sb_puts(out, "  (void)B;\n");
   if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
   if (!r.use_r) lm_sb_puts(out, "  (void)R;\n");
+  for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld];\n", i, (long long)k->locals[i]);
   if (head.s) lm_sb_puts(out, head.s);
   if (!r.flat && k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
   if (body.s) lm_sb_puts(out, body.s);

@@ -32,6 +32,8 @@ struct lm_program {
   buffer *in, *out;
   void **in_ptrs, **out_ptrs;
   uint64_t seed, run;
+  lm_scan_info scan;
+  uint8_t *per_step; /* per input */
 };
 
 int lm_backend_count(void) { return (int)LM_COUNTOF(registry); }
@@ -72,7 +74,8 @@ const char *lm_backend_name(const lm_backend_t *b) { return b ? b->ops->name : N
 
 /* ---------------------------------------------------------------- programs */
 
-lm_program_t *lm_program_new(lm_backend_t *b, const lm_graph_t *g) {
+static lm_program_t *program_create(lm_backend_t *b, const lm_graph_t *g, const char *T, int reverse,
+                                    const char *const *per_step, int n_per_step) {
   if (!b || !g) {
     lm_fail(LM_ERR_INVALID, "lm_program_new: %s is NULL", b ? "graph" : "backend");
     return NULL;
@@ -83,7 +86,34 @@ lm_program_t *lm_program_new(lm_backend_t *b, const lm_graph_t *g) {
   p->b = b;
   p->g = lm_graph_clone(g);
   if (!p->g) goto fail;
-  size_t ns = p->g->x.nsyms, ni = p->g->ninputs, no = p->g->noutputs;
+  size_t ni = p->g->ninputs, no = p->g->noutputs;
+  p->per_step = lm_calloc(ni + 1, 1);
+  if (!p->per_step) goto fail;
+  if (T) {
+    if (!*T) {
+      lm_fail(LM_ERR_INVALID, "scan: empty name for T");
+      goto fail;
+    }
+    int sym = lm_x_symbol(&p->g->x, T, 1);
+    if (sym < 0) goto fail;
+    for (int i = 0; i < n_per_step; i++) {
+      int k = -1;
+      for (size_t j = 0; j < ni; j++)
+        if (!strcmp(p->g->inputs[j].name, per_step[i])) k = (int)j;
+      if (k < 0) {
+        lm_fail(LM_ERR_INVALID, "scan: the step graph has no input named '%s'", per_step[i]);
+        goto fail;
+      }
+      if (p->g->inputs[k].role != LM_ROLE_DATA) {
+        lm_fail(LM_ERR_INVALID, "scan: per-step input '%s' is %s; only data inputs are fed per step", per_step[i],
+                lm_role_name((lm_role)p->g->inputs[k].role));
+        goto fail;
+      }
+      p->per_step[k] = 1;
+    }
+    p->scan = (lm_scan_info){1, sym, reverse != 0, p->per_step};
+  }
+  size_t ns = p->g->x.nsyms;
   p->syms = lm_calloc(ns + 1, sizeof *p->syms);
   p->bound = lm_calloc(ns + 1, 1);
   p->in = lm_calloc(ni + 1, sizeof *p->in);
@@ -91,11 +121,22 @@ lm_program_t *lm_program_new(lm_backend_t *b, const lm_graph_t *g) {
   p->in_ptrs = lm_calloc(ni + 1, sizeof *p->in_ptrs);
   p->out_ptrs = lm_calloc(no + 1, sizeof *p->out_ptrs);
   if (!p->syms || !p->bound || !p->in || !p->out || !p->in_ptrs || !p->out_ptrs) goto fail;
-  if (b->ops->prepare(b->ctx, p->g, &p->exe) != LM_OK) goto fail;
+  if (b->ops->prepare(b->ctx, p->g, &p->scan, &p->exe) != LM_OK) goto fail;
   return p;
 fail:
   lm_program_free(p);
   return NULL;
+}
+
+lm_program_t *lm_program_new(lm_backend_t *b, const lm_graph_t *g) { return program_create(b, g, NULL, 0, NULL, 0); }
+
+lm_program_t *lm_program_new_scan(lm_backend_t *b, const lm_graph_t *step, const char *T, int reverse,
+                                  const char *const *per_step, int n_per_step) {
+  if (!T) {
+    lm_fail(LM_ERR_INVALID, "scan: T is NULL");
+    return NULL;
+  }
+  return program_create(b, step, T, reverse, per_step, n_per_step);
 }
 
 static void release(lm_program_t *p, buffer *bf) {
@@ -117,6 +158,7 @@ void lm_program_free(lm_program_t *p) {
   lm_free(p->out);
   lm_free(p->in_ptrs);
   lm_free(p->out_ptrs);
+  lm_free(p->per_step);
   lm_free(p);
 }
 
@@ -139,9 +181,15 @@ static int unbound_symbol(const lm_program_t *p, lm_expr e) {
 }
 
 /* Element count of a shape, or an error naming the unbound symbol. */
-static lm_status shape_count(lm_program_t *p, const lm_shape *s, const char *what, size_t *count) {
+/* With steps, the count of a [T, ...] buffer of a scan. */
+static lm_status shape_count_steps(lm_program_t *p, const lm_shape *s, const char *what, int steps, size_t *count) {
   const lm_exprs *x = &p->g->x;
   size_t n = 1;
+  if (steps && p->scan.active) {
+    if (!p->bound[p->scan.sym_T])
+      return lm_fail(LM_ERR_INVALID, "%s: symbol %s (the scan length) is not bound", what, x->syms[p->scan.sym_T].name);
+    n = (size_t)p->syms[p->scan.sym_T];
+  }
   for (int i = 0; i < s->rank; i++) {
     int k = unbound_symbol(p, s->dim[i]);
     if (k >= 0) return lm_fail(LM_ERR_INVALID, "%s: symbol %s is not bound", what, x->syms[k].name);
@@ -166,9 +214,9 @@ static int find_output(const lm_graph_t *g, const char *name) {
 }
 
 /* Makes sure the buffer matches the current bindings; persistent inputs start at zero. */
-static lm_status ensure(lm_program_t *p, buffer *bf, const lm_shape *s, const char *what, int zero) {
+static lm_status ensure(lm_program_t *p, buffer *bf, const lm_shape *s, const char *what, int zero, int steps) {
   size_t count;
-  lm_status st = shape_count(p, s, what, &count);
+  lm_status st = shape_count_steps(p, s, what, steps, &count);
   if (st != LM_OK) return st;
   if (bf->buf && bf->count == count) return LM_OK;
   release(p, bf);
@@ -183,13 +231,13 @@ static lm_status ensure_input(lm_program_t *p, int i) {
   const lm_input_info *in = &p->g->inputs[i];
   char what[160];
   snprintf(what, sizeof what, "input '%s'", in->name);
-  return ensure(p, &p->in[i], &p->g->nodes[in->node].shape, what, in->role != LM_ROLE_DATA);
+  return ensure(p, &p->in[i], &p->g->nodes[in->node].shape, what, in->role != LM_ROLE_DATA, p->per_step[i]);
 }
 
 static lm_status ensure_output(lm_program_t *p, int i) {
   char what[160];
   snprintf(what, sizeof what, "output '%s'", p->g->outputs[i].name);
-  return ensure(p, &p->out[i], lm_edge_shape(p->g, p->g->outputs[i].src), what, 0);
+  return ensure(p, &p->out[i], lm_edge_shape(p->g, p->g->outputs[i].src), what, 0, 1);
 }
 
 lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
@@ -207,7 +255,8 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
   for (size_t i = 0; i < p->g->ninputs; i++) {
     size_t count;
     const lm_shape *s = &p->g->nodes[p->g->inputs[i].node].shape;
-    if (p->in[i].buf && (shape_count(p, s, "input", &count) != LM_OK || count != p->in[i].count)) release(p, &p->in[i]);
+    if (p->in[i].buf && (shape_count_steps(p, s, "input", p->per_step[i], &count) != LM_OK || count != p->in[i].count))
+      release(p, &p->in[i]);
   }
   for (size_t i = 0; i < p->g->noutputs; i++) release(p, &p->out[i]);
   lm_clear_error();
@@ -216,8 +265,9 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
 
 lm_status lm_program_numel(lm_program_t *p, const char *name, size_t *count) {
   int i = find_input(p->g, name);
-  if (i >= 0) return shape_count(p, &p->g->nodes[p->g->inputs[i].node].shape, name, count);
-  if ((i = find_output(p->g, name)) >= 0) return shape_count(p, lm_edge_shape(p->g, p->g->outputs[i].src), name, count);
+  if (i >= 0) return shape_count_steps(p, &p->g->nodes[p->g->inputs[i].node].shape, name, p->per_step[i], count);
+  if ((i = find_output(p->g, name)) >= 0)
+    return shape_count_steps(p, lm_edge_shape(p->g, p->g->outputs[i].src), name, 1, count);
   return lm_fail(LM_ERR_INVALID, "the program has no input or output named '%s'", name);
 }
 
@@ -268,4 +318,59 @@ lm_status lm_program_run(lm_program_t *p) {
   st = p->b->ops->run(p->b->ctx, p->exe, &args);
   if (st == LM_OK) p->run++;
   return st;
+}
+
+lm_status lm_program_get_stats(lm_program_t *p, lm_program_stats *stats) {
+  memset(stats, 0, sizeof *stats);
+  for (size_t k = 0; k < p->g->x.nsyms; k++)
+    if (!p->bound[k]) return lm_fail(LM_ERR_INVALID, "stats: symbol %s is not bound", p->g->x.syms[k].name);
+  return p->b->ops->stats ? p->b->ops->stats(p->b->ctx, p->exe, p->syms, stats) : LM_OK;
+}
+
+lm_status lm_scan_by_steps(void *ctx, void *exe, const lm_graph_t *g, const lm_scan_info *scan,
+                           const lm_run_args *args, lm_step_fn run_step) {
+  size_t ni = g->ninputs, no = g->noutputs;
+  int64_t T = args->syms[scan->sym_T];
+  size_t *in_step = lm_calloc(ni + 1, sizeof *in_step), *out_step = lm_calloc(no + 1, sizeof *out_step);
+  void **ins = lm_calloc(ni + 1, sizeof *ins), **outs = lm_calloc(no + 1, sizeof *outs);
+  lm_status st = LM_ERR_NOMEM;
+  if (!in_step || !out_step || !ins || !outs) goto done;
+  for (size_t i = 0; i < ni; i++)
+    if (scan->per_step[i]) in_step[i] = (size_t)lm_x_eval(&g->x, lm_shape_numel((lm_graph_t *)g, &g->nodes[g->inputs[i].node].shape), NULL, args->syms);
+  for (size_t i = 0; i < no; i++)
+    out_step[i] = (size_t)lm_x_eval(&g->x, lm_shape_numel((lm_graph_t *)g, lm_edge_shape(g, g->outputs[i].src)), NULL, args->syms);
+  st = LM_OK;
+  for (int64_t s = 0; s < T && st == LM_OK; s++) {
+    int64_t t = scan->reverse ? T - 1 - s : s;
+    for (size_t i = 0; i < ni; i++) ins[i] = (float *)args->inputs[i] + (size_t)t * in_step[i];
+    for (size_t i = 0; i < no; i++) outs[i] = (float *)args->outputs[i] + (size_t)t * out_step[i];
+    lm_run_args a = {args->syms, ins, outs, args->seed, args->run * (uint64_t)T + (uint64_t)t};
+    st = run_step(ctx, exe, &a);
+  }
+done:
+  lm_free(in_step);
+  lm_free(out_step);
+  lm_free(ins);
+  lm_free(outs);
+  return st;
+}
+
+lm_backend_t *lm_backend_open(const char *name, char *why, size_t why_cap) {
+  char note[1024] = "";
+  if (name && strcmp(name, "auto")) {
+    lm_backend_t *b = lm_backend_new(name);
+    if (b && why && why_cap) snprintf(why, why_cap, "%s: requested", name);
+    return b;
+  }
+  for (size_t i = 0; i < LM_COUNTOF(registry); i++) {
+    lm_backend_t *b = lm_backend_new(registry[i]->name);
+    if (b) {
+      if (why && why_cap) snprintf(why, why_cap, "%s: %s%s", registry[i]->name, note[0] ? "" : "first available", note);
+      return b;
+    }
+    size_t used = strlen(note);
+    snprintf(note + used, sizeof note - used, "%s%s unavailable (%s)", used ? "; " : "", registry[i]->name, lm_last_error());
+  }
+  lm_fail(LM_ERR_UNSUPPORTED, "no backend could be opened: %s", note);
+  return NULL;
 }

@@ -724,7 +724,8 @@ static int stmt_node(parser *P) {
   lm_node nd = {.op = LM_OP_COUNT};
   for (unsigned k = 0; k < LM_OP_COUNT; k++)
     if (word_is(w, n, lm_op_table[k].name)) nd.op = (uint8_t)k;
-  if (nd.op == LM_OP_COUNT) return perr(P, "unknown op '%s'", n ? snip(w, b, sizeof b) : snip(P->p, b, sizeof b));
+  if (!n) return perr(P, "expected an op after '=', found '%s'", snip(P->p, b, sizeof b));
+  if (nd.op == LM_OP_COUNT) return perr(P, "unknown op '%s'", snip(w, b, sizeof b));
   uint32_t id = (uint32_t)g->nnodes; /* the id the node will get */
   if (g->nnodes >= UINT32_MAX - 1) return perr(P, "too many nodes");
   int64_t v;

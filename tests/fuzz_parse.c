@@ -5,7 +5,9 @@
  *   clang -std=c11 -D_XOPEN_SOURCE=700 -g -O1 -fsanitize=fuzzer,address,undefined \
  *     -Iinclude -Icompiler compiler/core.c compiler/expr.c compiler/graph.c \
  *     compiler/validate.c compiler/text.c tests/fuzz_parse.c -o build/fuzz_parse -lm
- *   build/fuzz_parse -max_total_time=60 -max_len=4096 tests/corpus */
+ *   mkdir -p build/fuzz-corpus && build/fuzz_parse -max_total_time=60 -max_len=4096 \
+ *     -dict=tests/corpus/graph.dict build/fuzz-corpus tests/corpus
+ * (docs/GRAPH_TEXT.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

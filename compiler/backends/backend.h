@@ -6,6 +6,7 @@
 #define LUMEN_BACKEND_H
 
 #include "graph-impl.h"
+#include "lumen/runtime.h"
 
 /* Everything a run needs, indexed like the graph's inputs and outputs. */
 typedef struct lm_run_args {
@@ -14,6 +15,20 @@ typedef struct lm_run_args {
   void *const *outputs; /* one buffer per graph output */
   uint64_t seed, run;   /* RAND key and run counter */
 } lm_run_args;
+
+/* How a program runs its graph: once per run, or as a scan of T steps (lumen/runtime.h). */
+typedef struct lm_scan_info {
+  int active;
+  int sym_T;               /* symbol holding T */
+  int reverse;
+  const uint8_t *per_step; /* per graph input: fed as [T, ...] */
+} lm_scan_info;
+
+/* Runs a step graph as a scan by calling `run_step` T times, each with the inputs and
+ * outputs offset to slice t and the run counter run*T + t (the generic path). */
+typedef lm_status (*lm_step_fn)(void *ctx, void *exe, const lm_run_args *args);
+lm_status lm_scan_by_steps(void *ctx, void *exe, const lm_graph_t *g, const lm_scan_info *scan,
+                           const lm_run_args *args, lm_step_fn run_step);
 
 typedef struct lm_backend_ops {
   const char *name;
@@ -28,11 +43,13 @@ typedef struct lm_backend_ops {
   lm_status (*fill_zero)(void *ctx, void *buf, size_t bytes);
   /* Prepares a validated graph (owned by the program, which outlives the executable).
    * Symbols are not bound yet: nothing may depend on their values. */
-  lm_status (*prepare)(void *ctx, lm_graph_t *g, void **exe);
+  lm_status (*prepare)(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **exe);
   void (*unprepare)(void *ctx, void *exe);
   /* Computes every output, then applies every assign (reads see the old values). */
   lm_status (*run)(void *ctx, void *exe, const lm_run_args *args);
   lm_status (*sync)(void *ctx);
+  /* Kernels per run and arena sizes under these symbol values (NULL: nothing to report). */
+  lm_status (*stats)(void *ctx, void *exe, const int64_t *syms, lm_program_stats *out);
 } lm_backend_ops;
 
 extern const lm_backend_ops lm_backend_ref;

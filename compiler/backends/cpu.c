@@ -32,6 +32,9 @@ typedef struct cpu_exe {
   char *arena;
   size_t arena_cap;
   float **bufs;
+  lm_scan_info scan;
+  uint8_t *per_step;
+  int fused; /* the scan runs as one plan over all steps */
 } cpu_exe;
 
 static lm_status cpu_open(void **out) {
@@ -93,6 +96,7 @@ static void cpu_unprepare(void *ctx, void *p) {
   lm_free(x->fns);
   lm_free(x->arena);
   lm_free(x->bufs);
+  lm_free(x->per_step);
   lm_free(x);
 }
 
@@ -114,18 +118,33 @@ static void dump_source(const char *src, const lm_plan *plan) {
   fclose(f);
 }
 
-static lm_status cpu_prepare(void *ctx, lm_graph_t *g, void **out) {
+static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   cpu_ctx *c = ctx;
   cpu_exe *x = lm_calloc(1, sizeof *x);
   if (!x) return LM_ERR_NOMEM;
   lm_status st = LM_ERR_NOMEM;
   char *src = NULL;
+  if (scan->active) {
+    x->scan = *scan;
+    if (!(x->per_step = lm_calloc(g->ninputs + 1, 1))) goto fail;
+    memcpy(x->per_step, scan->per_step, g->ninputs);
+    x->scan.per_step = x->per_step;
+  }
   x->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL); /* rewrites that change rounding are for search */
   if (!x->g) {
     st = LM_ERR_INVALID;
     goto fail;
   }
   if ((st = lm_lower(x->g, &x->plan)) != LM_OK) goto fail;
+  if (x->scan.active) {
+    lm_plan *fused = NULL;
+    st = lm_scan_fuse(x->plan, x->scan.sym_T, x->scan.reverse, x->scan.per_step, &fused);
+    if (st == LM_OK) {
+      lm_plan_free(x->plan);
+      x->plan = fused;
+      x->fused = 1;
+    } else if (st != LM_ERR_UNSUPPORTED) goto fail; /* unsupported: run the step plan T times */
+  }
   st = LM_ERR_NOMEM;
   if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
   dump_source(src, x->plan);
@@ -171,7 +190,7 @@ static void run_chunk(void *arg, int64_t start, int64_t end) {
   l->fn(l->bufs, l->syms, l->rng, s, e < l->n ? e : l->n);
 }
 
-static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
+static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
   cpu_ctx *c = ctx;
   cpu_exe *x = p;
   const lm_plan *plan = x->plan;
@@ -212,6 +231,30 @@ static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
   return LM_OK;
 }
 
+static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
+  cpu_exe *x = p;
+  if (x->fused) {
+    lm_run_args a = *args;
+    a.run = args->run * (uint64_t)args->syms[x->scan.sym_T];
+    return cpu_step(ctx, p, &a);
+  }
+  return x->scan.active ? lm_scan_by_steps(ctx, p, x->g, &x->scan, args, cpu_step) : cpu_step(ctx, p, args);
+}
+
+static lm_status cpu_stats(void *ctx, void *p, const int64_t *syms, lm_program_stats *out) {
+  (void)ctx;
+  cpu_exe *x = p;
+  lm_layout l;
+  lm_status st = lm_layout_compute(x->plan, syms, &l);
+  if (st != LM_OK) return st;
+  out->kernels = (int)x->plan->nkernels;
+  if (x->scan.active && !x->fused) out->kernels *= (int)syms[x->scan.sym_T];
+  out->arena_bytes = l.arena_bytes;
+  out->temp_bytes = l.temp_bytes;
+  lm_layout_free(&l);
+  return LM_OK;
+}
+
 static lm_status cpu_sync(void *ctx) {
   (void)ctx;
   return LM_OK;
@@ -231,4 +274,5 @@ const lm_backend_ops lm_backend_cpu = {
     .unprepare = cpu_unprepare,
     .run = cpu_run,
     .sync = cpu_sync,
+    .stats = cpu_stats,
 };

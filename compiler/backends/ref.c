@@ -18,6 +18,8 @@ typedef struct ref_exe {
   ref_edge (*edges)[2];  /* per node, per source */
   ref_edge *out_edges;   /* per output */
   ref_edge *assign_edges;
+  lm_scan_info scan;
+  uint8_t *per_step;
 } ref_exe;
 
 static lm_status ref_open(void **ctx) {
@@ -70,13 +72,24 @@ static void ref_unprepare(void *ctx, void *p) {
   lm_free(x->edges);
   lm_free(x->out_edges);
   lm_free(x->assign_edges);
+  lm_free(x->per_step);
   lm_free(x);
 }
 
-static lm_status ref_prepare(void *ctx, lm_graph_t *g, void **out) {
+static lm_status ref_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   ref_exe *x = lm_calloc(1, sizeof *x);
   if (!x) return LM_ERR_NOMEM;
   x->g = g;
+  if (scan->active) {
+    x->scan = *scan;
+    x->per_step = lm_calloc(g->ninputs + 1, 1);
+    if (!x->per_step) {
+      ref_unprepare(ctx, x);
+      return LM_ERR_NOMEM;
+    }
+    memcpy(x->per_step, scan->per_step, g->ninputs);
+    x->scan.per_step = x->per_step;
+  }
   x->order = lm_graph_topo_order(g, &x->norder);
   x->edges = lm_calloc(g->nnodes, sizeof *x->edges);
   x->out_edges = lm_calloc(g->noutputs + 1, sizeof *x->out_edges);
@@ -155,7 +168,7 @@ static float apply2(lm_op op, float a, float b) {
   }
 }
 
-static lm_status ref_run(void *ctx, void *p, const lm_run_args *args) {
+static lm_status ref_step(void *ctx, void *p, const lm_run_args *args) {
   (void)ctx;
   ref_exe *x = p;
   lm_graph_t *g = x->g;
@@ -237,6 +250,11 @@ done:
   lm_free(vals);
   lm_free(pending);
   return st;
+}
+
+static lm_status ref_run(void *ctx, void *p, const lm_run_args *args) {
+  ref_exe *x = p;
+  return x->scan.active ? lm_scan_by_steps(ctx, p, x->g, &x->scan, args, ref_step) : ref_step(ctx, p, args);
 }
 
 static lm_status ref_sync(void *ctx) {

@@ -48,6 +48,29 @@ lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t 
 /* Runs the graph once: computes the outputs, then applies every assign. */
 lm_status lm_program_run(lm_program_t *p);
 
+/* A scan program runs a step graph T times per lm_program_run, as a rollout or a discounted
+ * sum does: STATE inputs are the carry (the step's assigns update them after every step);
+ * the DATA inputs named in per_step are fed as [T, ...] and step t reads slice t; every
+ * output is collected as [T, ...], step t writing slice t; everything else is read as is.
+ * RAND in step t uses the run counter run*T + t, so a scan of T steps draws what T runs of
+ * the step would. With reverse, t goes from T-1 down to 0. `T` names a symbol (new, or one
+ * of the step graph's), bound with lm_program_bind like any other. */
+lm_program_t *lm_program_new_scan(lm_backend_t *b, const lm_graph_t *step, const char *T, int reverse,
+                                  const char *const *per_step, int n_per_step);
+
+/* What the backend made of the program (under the current bindings for the sizes). */
+typedef struct lm_program_stats {
+  int kernels;            /* kernel launches per run (0 for the interpreter) */
+  size_t arena_bytes;     /* bytes of the arena holding intermediates */
+  size_t temp_bytes;      /* bytes the intermediates would take without reuse */
+} lm_program_stats;
+lm_status lm_program_get_stats(lm_program_t *p, lm_program_stats *stats);
+
+/* Opens `name`, or for "auto" the best backend this machine can run, trying them in
+ * preference order. `why` (may be NULL) receives one line saying what was picked and why,
+ * e.g. "cpu: no CUDA driver (libcuda.so.1 not found)" or "ref: no working C compiler: ...". */
+lm_backend_t *lm_backend_open(const char *name, char *why, size_t why_cap);
+
 #ifdef __cplusplus
 }
 #endif
