@@ -20,27 +20,40 @@ static uint64_t xhash(uint8_t op, lm_expr a, lm_expr b, int64_t v) {
 void lm_exprs_init(lm_exprs *x) { memset(x, 0, sizeof *x); }
 
 typedef struct lm_xmemo {
-  uint64_t ctx;
+  uint64_t ctx, ctx2;
   lm_expr e, result;
   uint32_t kind; /* 0 = empty slot, 1 = simplify, 2 = simplify_atom */
 } lm_xmemo;
 
-static uint64_t ctx_hash(const lm_xctx *ctx) {
-  if (!ctx) return 0x51ed270b27a4b1c5ull;
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)ctx->nvars;
-  for (int i = 0; i < ctx->nvars; i++) h = (h ^ ctx->extent[i]) * 0x100000001b3ull + (h >> 31);
-  return h;
+/* A context's key: two independent 64-bit hashes of its extents (a false match needs both
+ * to collide at once). */
+typedef struct xkey {
+  uint64_t h, k;
+} xkey;
+
+static xkey ctx_hash(const lm_xctx *ctx) {
+  if (!ctx) return (xkey){0x51ed270b27a4b1c5ull, 0};
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)ctx->nvars, k = 0xc2b2ae3d27d4eb4full + (uint64_t)ctx->nvars;
+  for (int i = 0; i < ctx->nvars; i++) {
+    h = (h ^ ctx->extent[i]) * 0x100000001b3ull + (h >> 31);
+    k = (k + ctx->extent[i] * 0xff51afd7ed558ccdull) ^ (k >> 29);
+    k *= 0xc4ceb9fe1a85ec53ull;
+  }
+  return (xkey){h, k};
 }
 
-static lm_expr memo_get(const lm_exprs *x, uint32_t kind, lm_expr e, uint64_t ch) {
+static lm_expr memo_get(const lm_exprs *x, uint32_t kind, lm_expr e, xkey key) {
   if (!x->memocap) return 0;
+  uint64_t ch = key.h;
   size_t h = (size_t)((e * 0x9e3779b97f4a7c15ull) ^ ch ^ kind) & (x->memocap - 1);
   for (; x->memo[h].kind; h = (h + 1) & (x->memocap - 1))
-    if (x->memo[h].kind == kind && x->memo[h].e == e && x->memo[h].ctx == ch) return x->memo[h].result;
+    if (x->memo[h].kind == kind && x->memo[h].e == e && x->memo[h].ctx == ch && x->memo[h].ctx2 == key.k)
+      return x->memo[h].result;
   return 0;
 }
 
-static void memo_put(lm_exprs *x, uint32_t kind, lm_expr e, uint64_t ch, lm_expr result) {
+static void memo_put(lm_exprs *x, uint32_t kind, lm_expr e, xkey key, lm_expr result) {
+  uint64_t ch = key.h;
   if (!result) return;
   if ((x->nmemo + 1) * 2 > x->memocap) {
     size_t cap = x->memocap ? x->memocap * 2 : 1024;
@@ -58,7 +71,7 @@ static void memo_put(lm_exprs *x, uint32_t kind, lm_expr e, uint64_t ch, lm_expr
   }
   size_t h = (size_t)((e * 0x9e3779b97f4a7c15ull) ^ ch ^ kind) & (x->memocap - 1);
   while (x->memo[h].kind) h = (h + 1) & (x->memocap - 1);
-  x->memo[h] = (lm_xmemo){ch, e, result, kind};
+  x->memo[h] = (lm_xmemo){ch, key.k, e, result, kind};
   x->nmemo++;
 }
 
@@ -143,7 +156,8 @@ static int64_t floormod(int64_t a, int64_t b) { return a - b * floordiv(a, b); }
 
 lm_expr lm_x_add(lm_exprs *x, lm_expr a, lm_expr b) {
   if (!a || !b) return 0;
-  if (is_c(x, a) && is_c(x, b)) return lm_x_const(x, cv(x, a) + cv(x, b));
+  int64_t r;
+  if (is_c(x, a) && is_c(x, b) && !__builtin_add_overflow(cv(x, a), cv(x, b), &r)) return lm_x_const(x, r);
   if (lm_x_is_const(x, a, 0)) return b;
   if (lm_x_is_const(x, b, 0)) return a;
   return intern(x, LM_X_ADD, a, b, 0);
@@ -151,7 +165,8 @@ lm_expr lm_x_add(lm_exprs *x, lm_expr a, lm_expr b) {
 
 lm_expr lm_x_mul(lm_exprs *x, lm_expr a, lm_expr b) {
   if (!a || !b) return 0;
-  if (is_c(x, a) && is_c(x, b)) return lm_x_const(x, cv(x, a) * cv(x, b));
+  int64_t r;
+  if (is_c(x, a) && is_c(x, b) && !__builtin_mul_overflow(cv(x, a), cv(x, b), &r)) return lm_x_const(x, r);
   if (lm_x_is_const(x, a, 0) || lm_x_is_const(x, b, 0)) return lm_x_const(x, 0);
   if (lm_x_is_const(x, a, 1)) return b;
   if (lm_x_is_const(x, b, 1)) return a;
@@ -247,7 +262,10 @@ static void poly_addterm(const lm_exprs *x, poly *p, const term *t) {
   while (lo < hi) { /* binary search in the sorted term list */
     int mid = (lo + hi) / 2, c = mono_cmp(x, &p->t[mid], t);
     if (c == 0) {
-      p->t[mid].c += t->c;
+      if (__builtin_add_overflow(p->t[mid].c, t->c, &p->t[mid].c)) {
+        p->bad = 1;
+        return;
+      }
       if (p->t[mid].c == 0) {
         memmove(&p->t[mid], &p->t[mid + 1], (size_t)(p->n - mid - 1) * sizeof(term));
         p->n--;
@@ -282,14 +300,16 @@ static void poly_add(const lm_exprs *x, poly *p, const poly *q, int64_t scale) {
   p->bad |= q->bad;
   for (int i = 0; i < q->n; i++) {
     term t = q->t[i];
-    t.c *= scale;
+    if (__builtin_mul_overflow(t.c, scale, &t.c)) {
+      p->bad = 1;
+      return;
+    }
     poly_addterm(x, p, &t);
   }
 }
 
 static int term_mul(const lm_exprs *x, const term *a, const term *b, term *out) {
-  if (a->n + b->n > MAXDEG) return 0;
-  out->c = a->c * b->c;
+  if (a->n + b->n > MAXDEG || __builtin_mul_overflow(a->c, b->c, &out->c)) return 0;
   out->n = 0;
   int i = 0, j = 0;
   while (i < a->n || j < b->n) {
@@ -557,7 +577,10 @@ static void recombine(lm_exprs *x, poly *p, const lm_xctx *ctx) {
       poly_mul(x, &pa1, &pd, &want);
       if (want.bad || want.n != 1) continue;
       for (int j = 0; j < p->n; j++) {
-        if (j == i || mono_cmp(x, &p->t[j], &want.t[0]) || p->t[j].c != tb->c * want.t[0].c) continue;
+        int64_t wc;
+        if (j == i || mono_cmp(x, &p->t[j], &want.t[0]) || __builtin_mul_overflow(tb->c, want.t[0].c, &wc) ||
+            p->t[j].c != wc)
+          continue;
         int64_t c = tb->c;
         term rm1 = p->t[i], rm2 = p->t[j];
         rm1.c = -rm1.c;
@@ -648,7 +671,7 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
 static lm_expr simplify_atom_raw(lm_exprs *x, lm_expr e, const lm_xctx *ctx);
 
 static lm_expr simplify_atom(lm_exprs *x, lm_expr e, const lm_xctx *ctx) {
-  uint64_t ch = ctx_hash(ctx);
+  xkey ch = ctx_hash(ctx);
   lm_expr r = memo_get(x, 2, e, ch);
   if (!r) memo_put(x, 2, e, ch, r = simplify_atom_raw(x, e, ctx));
   return r;
@@ -681,7 +704,7 @@ static lm_expr simplify_atom_raw(lm_exprs *x, lm_expr e, const lm_xctx *ctx) {
 
 lm_expr lm_x_simplify(lm_exprs *x, lm_expr e, const lm_xctx *ctx) {
   if (!e || x->failed) return 0;
-  uint64_t ch = ctx_hash(ctx);
+  xkey ch = ctx_hash(ctx);
   lm_expr r = memo_get(x, 1, e, ch);
   if (r) return r;
   poly p;

@@ -43,6 +43,7 @@ typedef struct lm_node {
   uint8_t op;   /* lm_op */
   uint8_t nsrc; /* 0, 1 or 2 */
   int8_t axis;  /* reductions */
+  uint8_t nograd; /* autograd does not differentiate through this node (lm_detach) */
   lm_edge src[2];
   lm_shape shape; /* every op writes a contiguous result of this shape */
   float value;    /* CONST */

@@ -2,6 +2,7 @@
  * numpy broadcasting, shape-tracking views, inputs, outputs and assigns, and the index
  * math that turns a view chain into flat-index and validity expressions. */
 #include "graph-impl.h"
+#include "validate.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -101,8 +102,9 @@ size_t lm_graph_node_count(const lm_graph_t *g) { return g ? g->nnodes - 1 : 0; 
 
 lm_expr lm_dim_expr(lm_graph_t *g, lm_dim d) {
   if (d >= 0) return lm_x_const(&g->x, d);
+  if (d == INT64_MIN) return 0;
   uint64_t id = (uint64_t)(-d);
-  return id < g->x.n ? (lm_expr)id : 0;
+  return id < g->x.n && lm_expr_is_dim(&g->x, (lm_expr)id) ? (lm_expr)id : 0;
 }
 
 lm_dim lm_expr_dim(const lm_graph_t *g, lm_expr e) {
@@ -110,12 +112,27 @@ lm_dim lm_expr_dim(const lm_graph_t *g, lm_expr e) {
   return n->op == LM_X_CONST && n->v >= 0 ? n->v : -(lm_dim)e;
 }
 
+static void oom(lm_graph_t *g);
+
 static lm_dim canon_dim(lm_graph_t *g, lm_expr e) {
-  return e ? lm_expr_dim(g, lm_x_simplify(&g->x, e, NULL)) : 0;
+  lm_expr s = e ? lm_x_simplify(&g->x, e, NULL) : 0;
+  if (!s) return oom(g), 0;
+  return lm_expr_dim(g, s);
+}
+
+static int identifier(const char *s) {
+  if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_')) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_')) return 0;
+  return 1;
 }
 
 lm_dim lm_sym_min(lm_graph_t *g, const char *name, int64_t least) {
-  if (!g || !name || !*name) return 0;
+  if (!g || !name) return 0;
+  if (!identifier(name)) {
+    lm_graph_error(g, 0, "symbol name '%s' is not an identifier (letters, digits, _)", name);
+    return 0;
+  }
   int s = lm_x_symbol(&g->x, name, least);
   if (s < 0) return oom(g), 0;
   if (g->x.syms[s].least != least) {
@@ -123,7 +140,9 @@ lm_dim lm_sym_min(lm_graph_t *g, const char *name, int64_t least) {
                    (long long)least);
     return 0;
   }
-  return lm_expr_dim(g, lm_x_sym(&g->x, s));
+  lm_expr e = lm_x_sym(&g->x, s);
+  if (!e) return oom(g), 0;
+  return lm_expr_dim(g, e);
 }
 
 lm_dim lm_sym(lm_graph_t *g, const char *name) { return lm_sym_min(g, name, 1); }
@@ -270,6 +289,7 @@ lm_tensor lm_rand_stream(lm_graph_t *g, uint32_t stream, int rank, const lm_dim 
   if (!g || g->err) return invalid_tensor;
   lm_node n = {.op = LM_OP_RAND, .stream = stream};
   if (!shape_from_dims(g, rank, shape, &n.shape, "rand")) return invalid_tensor;
+  if (stream == UINT32_MAX) return lm_graph_error(g, 0, "rand: stream %u is reserved", stream), invalid_tensor;
   if (stream >= g->next_stream) g->next_stream = stream + 1;
   return make(g, &n);
 }

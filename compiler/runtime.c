@@ -21,6 +21,8 @@ typedef struct buffer {
   void *buf;
   size_t count; /* elements */
   int written;  /* data inputs: written since (re)allocation */
+  struct lm_program *owner; /* linked: the buffer belongs to this program's input/output */
+  int owner_index, owner_output;
 } buffer;
 
 struct lm_program {
@@ -140,6 +142,11 @@ lm_program_t *lm_program_new_scan(lm_backend_t *b, const lm_graph_t *step, const
 }
 
 static void release(lm_program_t *p, buffer *bf) {
+  if (bf->owner) { /* a linked buffer is the owner's: only forget the pointer */
+    bf->buf = NULL;
+    bf->count = 0;
+    return;
+  }
   if (bf->buf) p->b->ops->release(p->b->ctx, bf->buf);
   *bf = (buffer){0};
 }
@@ -227,8 +234,31 @@ static lm_status ensure(lm_program_t *p, buffer *bf, const lm_shape *s, const ch
   return st;
 }
 
+static lm_status ensure_input(lm_program_t *p, int i);
+static lm_status ensure_output(lm_program_t *p, int i);
+
+/* A linked input takes the owner's current buffer, which must hold as many elements. */
+static lm_status resolve_link(lm_program_t *p, int i) {
+  buffer *bf = &p->in[i];
+  lm_program_t *o = bf->owner;
+  lm_status st = bf->owner_output ? ensure_output(o, bf->owner_index) : ensure_input(o, bf->owner_index);
+  if (st != LM_OK) return st;
+  const buffer *ob = bf->owner_output ? &o->out[bf->owner_index] : &o->in[bf->owner_index];
+  size_t count;
+  st = shape_count_steps(p, &p->g->nodes[p->g->inputs[i].node].shape, p->g->inputs[i].name, p->per_step[i], &count);
+  if (st != LM_OK) return st;
+  if (count != ob->count)
+    return lm_fail(LM_ERR_INVALID, "input '%s' is linked to a buffer of %zu elements but needs %zu", p->g->inputs[i].name,
+                   ob->count, count);
+  bf->buf = ob->buf;
+  bf->count = count;
+  bf->written = 1;
+  return LM_OK;
+}
+
 static lm_status ensure_input(lm_program_t *p, int i) {
   const lm_input_info *in = &p->g->inputs[i];
+  if (p->in[i].owner) return resolve_link(p, i);
   char what[160];
   snprintf(what, sizeof what, "input '%s'", in->name);
   return ensure(p, &p->in[i], &p->g->nodes[in->node].shape, what, in->role != LM_ROLE_DATA, p->per_step[i]);
@@ -258,7 +288,6 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
     if (p->in[i].buf && (shape_count_steps(p, s, "input", p->per_step[i], &count) != LM_OK || count != p->in[i].count))
       release(p, &p->in[i]);
   }
-  for (size_t i = 0; i < p->g->noutputs; i++) release(p, &p->out[i]);
   lm_clear_error();
   return LM_OK;
 }
@@ -278,7 +307,7 @@ lm_status lm_program_write(lm_program_t *p, const char *name, const float *src, 
   if (st != LM_OK) return st;
   if (count != p->in[i].count)
     return lm_fail(LM_ERR_INVALID, "write: input '%s' holds %zu elements, got %zu", name, p->in[i].count, count);
-  st = p->b->ops->write(p->b->ctx, p->in[i].buf, src, count * sizeof(float));
+  st = count ? p->b->ops->write(p->b->ctx, p->in[i].buf, src, count * sizeof(float)) : LM_OK;
   if (st == LM_OK) p->in[i].written = 1;
   return st;
 }
@@ -298,7 +327,7 @@ lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t 
   } else return lm_fail(LM_ERR_INVALID, "read: the program has no input or output named '%s'", name);
   if (count != bf->count)
     return lm_fail(LM_ERR_INVALID, "read: '%s' holds %zu elements, asked for %zu", name, bf->count, count);
-  return p->b->ops->read(p->b->ctx, bf->buf, dst, count * sizeof(float));
+  return count ? p->b->ops->read(p->b->ctx, bf->buf, dst, count * sizeof(float)) : LM_OK;
 }
 
 lm_status lm_program_run(lm_program_t *p) {
@@ -373,4 +402,19 @@ lm_backend_t *lm_backend_open(const char *name, char *why, size_t why_cap) {
   }
   lm_fail(LM_ERR_UNSUPPORTED, "no backend could be opened: %s", note);
   return NULL;
+}
+
+lm_status lm_program_link(lm_program_t *p, const char *name, lm_program_t *owner, const char *owner_name) {
+  int i = find_input(p->g, name);
+  if (i < 0) return lm_fail(LM_ERR_INVALID, "link: the program has no input named '%s'", name);
+  if (!owner || owner == p) return lm_fail(LM_ERR_INVALID, "link: input '%s' needs another program to link to", name);
+  if (owner->b != p->b) return lm_fail(LM_ERR_INVALID, "link: input '%s': the programs use different backends", name);
+  int k = find_input(owner->g, owner_name), out = 0;
+  if (k < 0 && (k = find_output(owner->g, owner_name)) >= 0) out = 1;
+  if (k < 0) return lm_fail(LM_ERR_INVALID, "link: the owner has no input or output named '%s'", owner_name);
+  if (out ? owner->out[k].owner != NULL : owner->in[k].owner != NULL)
+    return lm_fail(LM_ERR_INVALID, "link: '%s' of the owner is itself linked; link to its owner", owner_name);
+  release(p, &p->in[i]);
+  p->in[i] = (buffer){.owner = owner, .owner_index = k, .owner_output = out};
+  return LM_OK;
 }

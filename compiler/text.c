@@ -8,7 +8,7 @@
  *   %2 = const 0.5                       shortest decimal that reads back exactly; inf, -inf,
  *                                        nan, nan:0x7fc00001 (other NaN bit patterns)
  *   %3 = rand stream=0 [N,4]
- *   %4 = add %1 %3|expand 0 N|expand 1 4 sources are edges: a node and its views
+ *   %4 = add %1 %2|expand 0 4|expand 0 N sources are edges: a node and its views
  *   %5 = sum_reduce %4 axis=1
  *   output y %5|permute 1 0
  *   assign %1 %4                         target (an input node, no views) takes the value

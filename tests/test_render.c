@@ -208,7 +208,7 @@ static void verify_reduce(const fx *f, double rtol) {
 
 static fx *fx_reduce(void) {
   fx *f = fx_new();
-  lm_expr m = xsym(f, "M", 5), kx = xsym(f, "K-len", 7);
+  lm_expr m = xsym(f, "M", 5), kx = xsym(f, "K_len", 7);
   uint32_t a = fx_buf(f, LM_BUF_INPUT, 35, 0), scale = fx_buf(f, LM_BUF_INPUT, 5, 0);
   uint32_t osum = fx_buf(f, LM_BUF_OUTPUT, 5, 0), omax = fx_buf(f, LM_BUF_OUTPUT, 5, 0);
   fx_fill(f, a, 3, -2, 2);

@@ -48,6 +48,12 @@ lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t 
 /* Runs the graph once: computes the outputs, then applies every assign. */
 lm_status lm_program_run(lm_program_t *p);
 
+/* Makes input `name` of p use the buffer of `owner`'s input or output `owner_name` (same
+ * backend; element counts must agree at every run; the owner must outlive p). This is how
+ * a rollout reads the weights a training program updates, and a training program reads the
+ * trajectory a rollout wrote, with no copies. Reads and writes through p reach that buffer. */
+lm_status lm_program_link(lm_program_t *p, const char *name, lm_program_t *owner, const char *owner_name);
+
 /* A scan program runs a step graph T times per lm_program_run, as a rollout or a discounted
  * sum does: STATE inputs are the carry (the step's assigns update them after every step);
  * the DATA inputs named in per_step are fed as [T, ...] and step t reads slice t; every

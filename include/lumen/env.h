@@ -1,0 +1,99 @@
+/* lumen/env.h — environments as graphs. An env declares its spaces and time limit, builds
+ * batched graphs for reset, step and observe over state [N, state_size], carries a scalar
+ * reference stepper in plain C (the oracle, and the host-stepped baseline), and a draw list
+ * for the viewer. Adding an env is one file in envs/ (or examples/) plus one registry line. */
+#ifndef LUMEN_ENV_H
+#define LUMEN_ENV_H
+
+#include "lumen/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LM_ENV_MAX_STATE 16
+#define LM_ENV_MAX_OBS 16
+#define LM_ENV_MAX_ACT 8
+
+typedef enum lm_space_kind { LM_SPACE_DISCRETE, LM_SPACE_BOX } lm_space_kind;
+
+typedef struct lm_space {
+  lm_space_kind kind;
+  int n;                      /* discrete: number of actions; box: number of dimensions */
+  float low[LM_ENV_MAX_ACT];  /* box bounds (actions are clipped to them) */
+  float high[LM_ENV_MAX_ACT];
+} lm_space;
+
+/* RAND streams an env uses: its resets draw from stream `LM_ENV_STREAM_RESET`; its step, if
+ * it is stochastic, from `LM_ENV_STREAM_STEP`. Element index = env * width + k. */
+enum { LM_ENV_STREAM_RESET = 1000, LM_ENV_STREAM_STEP = 1001 };
+
+/* A draw command in world coordinates (the viewer scales the env's world box to the window). */
+typedef enum lm_draw_kind { LM_DRAW_LINE, LM_DRAW_RECT, LM_DRAW_CIRCLE } lm_draw_kind;
+typedef struct lm_draw_cmd {
+  lm_draw_kind kind;
+  float x0, y0, x1, y1; /* line: endpoints; rect: min and max corners; circle: centre, (radius, -) */
+  float width;          /* line width in world units (0: one pixel) */
+  uint32_t rgba;
+} lm_draw_cmd;
+
+/* One batched step's graph values. */
+typedef struct lm_env_step_out {
+  lm_tensor state;      /* [N, state_size] after the step */
+  lm_tensor reward;     /* [N] */
+  lm_tensor terminated; /* [N], 1.0f where the episode ended by the env's own rule */
+} lm_env_step_out;
+
+typedef struct lm_env_spec {
+  const char *name;       /* "cartpole": what people type */
+  const char *gym_id;     /* "CartPole-v1" */
+  int state_size, obs_size;
+  lm_space action;
+  int time_limit;         /* steps before truncation */
+  float solved_return;    /* mean episode return counted as solved (drawn on curves) */
+  float obs_low[LM_ENV_MAX_OBS], obs_high[LM_ENV_MAX_OBS];
+  float world[4];         /* viewer's world box: xmin, ymin, xmax, ymax */
+  float fps;              /* natural frame rate for the viewer */
+
+  /* ---- graphs (batched over axis 0, N envs; actions: [N] action indices as floats for
+   * discrete spaces, [N, n] for boxes; build nothing but graph nodes) ---- */
+  lm_tensor (*reset)(lm_graph_t *g, lm_dim n_envs);
+  void (*step)(lm_graph_t *g, lm_tensor state, lm_tensor action, lm_env_step_out *out);
+  lm_tensor (*observe)(lm_graph_t *g, lm_tensor state);
+
+  /* ---- the scalar reference stepper (one env; float32 state like the graph) ---- */
+  /* Initial state of env `env` from the same uniforms the reset graph draws
+   * (lm_rand_uniform(seed, LM_ENV_STREAM_RESET, env * state_size + k, run)). */
+  void (*ref_reset)(float *state, uint64_t seed, uint64_t env, uint64_t run);
+  /* One step; returns the reward and writes terminated. Actions as in the graph. */
+  float (*ref_step)(float *state, const float *action, int *terminated);
+  void (*ref_observe)(const float *state, float *obs);
+
+  /* ---- drawing: writes up to cap commands for one env's state; returns how many ---- */
+  int (*draw)(const float *state, lm_draw_cmd *cmds, int cap);
+} lm_env_spec;
+
+/* The registry: every env compiled into this build. */
+int lm_env_count(void);
+const lm_env_spec *lm_env_at(int i);
+/* By name or Gymnasium id, case-insensitive; NULL (and lm_last_error) when unknown. */
+const lm_env_spec *lm_env_find(const char *name);
+
+/* The batched env with time limit and same-step auto-reset, as graph values. Reads and
+ * assigns two STATE inputs, named prefix + "state" ([N, state_size]) and prefix + "t"
+ * ([N], steps taken in the current episode). */
+typedef struct lm_vec_step {
+  lm_tensor state, t;    /* the STATE inputs */
+  lm_tensor obs;         /* [N, obs_size] observation after the step (after reset where done) */
+  lm_tensor final_obs;   /* [N, obs_size] observation the step reached, before any reset */
+  lm_tensor reward;      /* [N] */
+  lm_tensor terminated;  /* [N] */
+  lm_tensor truncated;   /* [N] (time limit reached and not terminated) */
+} lm_vec_step;
+lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n_envs,
+                          lm_tensor action, lm_vec_step *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,418 @@
+/* Tests for scans (lm_program_new_scan) on the ref and cpu backends: a forward recurrence and a
+ * reverse discounted sum (GAE-style) against plain C loops, for several T and N, with the carry
+ * kept across runs; RAND inside a scan drawing what T runs of the step would (run counter
+ * run*T + t); the errors (a per-step name that is no input, a per-step state, T unbound); and
+ * the kernel count of env-local scans on cpu (one kernel for the whole scan).
+ *
+ * Tolerances: the recurrences do the same float operations in the same order as the C loops
+ * (one IEEE operation per C statement, no contraction), and RAND is bit-identical to
+ * lm_rand_uniform, so those are compared bit for bit. The tanh step (a composition over exp2)
+ * is compared with a double-precision C loop within rtol 1e-4 + atol 1e-5. Inputs come from
+ * fixed seeds; outputs are NaN-poisoned before every read. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h" /* lm_clear_error */
+#include "lumen/lumen.h"
+#include "support/check.h"
+
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    lm_status st_ = (call);                                                                        \
+    cr_assert_eq(st_, LM_OK, "%s -> %s: %s", #call, lm_status_name(st_), lm_last_error());         \
+  } while (0)
+
+static const char *const backends[] = {"ref", "cpu"};
+
+static lm_backend_t *open_backend(const char *name) {
+  lm_backend_t *b = lm_backend_new(name);
+  cr_assert(b, "backend %s: %s", name, lm_last_error());
+  return b;
+}
+
+static void put(lm_program_t *p, const char *name, const float *v, size_t n) {
+  size_t have = 0;
+  OK(lm_program_numel(p, name, &have));
+  cr_assert_eq(have, n, "%s holds %zu elements, the test has %zu", name, have, n);
+  OK(lm_program_write(p, name, v, n));
+}
+
+/* Reads n floats (NaN-poisoned first) into a fresh buffer. */
+static float *get(lm_program_t *p, const char *name, size_t n) {
+  size_t have = 0;
+  OK(lm_program_numel(p, name, &have));
+  cr_assert_eq(have, n, "%s holds %zu elements, the test expects %zu", name, have, n);
+  float *v = malloc((n ? n : 1) * sizeof *v);
+  cr_assert(v);
+  check_poison(v, n);
+  OK(lm_program_read(p, name, v, n));
+  return v;
+}
+
+static void expect_bits(const char *what, const float *got, const float *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    cr_assert(got[i] == want[i] && signbit(got[i]) == signbit(want[i]), "%s[%zu] = %.9g, expected %.9g", what, i,
+              (double)got[i], (double)want[i]);
+}
+
+static float *rand_floats(check_rng *r, size_t n, double lo, double hi) {
+  float *v = malloc((n ? n : 1) * sizeof *v);
+  cr_assert(v);
+  check_fill(r, v, n, lo, hi, 0.01);
+  return v;
+}
+
+/* ================================================================ forward recurrence */
+
+/* step: h' = 0.5 * h + x_t; y_t = h' (state h [N], per-step x, seen as [N]) */
+static lm_graph_t *recurrence_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 1, (lm_dim[]){N});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 1, (lm_dim[]){N});
+  lm_tensor h2 = lm_add(lm_mul_scalar(h, 0.5f), x);
+  OK(lm_output(h2, "y"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+static void recurrence_on(const char *backend) {
+  static const int64_t sizes[][2] = {{1, 1}, {4, 3}, {17, 70}, {3, 129}};
+  lm_graph_t *g = recurrence_graph();
+  lm_backend_t *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+  cr_assert(p, "%s: lm_program_new_scan: %s", backend, lm_last_error());
+  check_rng r = check_rng_new(42);
+  for (size_t c = 0; c < CHECK_COUNT(sizes); c++) {
+    int64_t T = sizes[c][0], N = sizes[c][1];
+    size_t n = (size_t)N, tn = (size_t)(T * N);
+    OK(lm_program_bind(p, "T", T));
+    OK(lm_program_bind(p, "N", N));
+    float *h = rand_floats(&r, n, -4, 4);
+    put(p, "h", h, n);
+    for (int run = 0; run < 2; run++) { /* the second run continues from the carried state */
+      float *x = rand_floats(&r, tn, -1, 1), *want = malloc(tn * sizeof *want);
+      for (int64_t t = 0; t < T; t++)
+        for (size_t e = 0; e < n; e++) {
+          float m = h[e] * 0.5f;
+          h[e] = m + x[(size_t)t * n + e];
+          want[(size_t)t * n + e] = h[e];
+        }
+      put(p, "x", x, tn);
+      uint64_t before = lm_program_run_index(p);
+      OK(lm_program_run(p));
+      cr_assert_eq(lm_program_run_index(p), before + 1, "a scan is one run");
+      char what[96];
+      snprintf(what, sizeof what, "%s T=%lld N=%lld run %d: y", backend, (long long)T, (long long)N, run);
+      float *y = get(p, "y", tn);
+      expect_bits(what, y, want, tn);
+      snprintf(what, sizeof what, "%s T=%lld N=%lld run %d: state h", backend, (long long)T, (long long)N, run);
+      float *hs = get(p, "h", n);
+      expect_bits(what, hs, h, n);
+      free(x);
+      free(want);
+      free(y);
+      free(hs);
+    }
+    free(h);
+  }
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+Test(scan, forward_recurrence_matches_a_c_loop_on_ref) { recurrence_on("ref"); }
+Test(scan, forward_recurrence_matches_a_c_loop_on_cpu) { recurrence_on("cpu"); }
+
+/* ================================================================ reverse discounted sum */
+
+#define GAMMA 0.97f
+
+/* step: a' = r_t + gamma * (1 - done_t) * a; out_t = a' (reverse) */
+static lm_graph_t *discount_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor a = lm_input(g, "a", LM_ROLE_STATE, 1, (lm_dim[]){N});
+  lm_tensor rw = lm_input(g, "r", LM_ROLE_DATA, 1, (lm_dim[]){N});
+  lm_tensor done = lm_input(g, "done", LM_ROLE_DATA, 1, (lm_dim[]){N});
+  lm_tensor keep = lm_sub(lm_scalar_like(done, 1.0f), done);
+  lm_tensor a2 = lm_add(rw, lm_mul(lm_mul_scalar(keep, GAMMA), a));
+  OK(lm_output(a2, "ret"));
+  OK(lm_assign(a, a2));
+  return g;
+}
+
+static void discount_on(const char *backend) {
+  static const int64_t sizes[][2] = {{1, 2}, {6, 5}, {40, 67}};
+  lm_graph_t *g = discount_graph();
+  lm_backend_t *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 1, (const char *[]){"r", "done"}, 2);
+  cr_assert(p, "%s: lm_program_new_scan: %s", backend, lm_last_error());
+  check_rng r = check_rng_new(7);
+  for (size_t c = 0; c < CHECK_COUNT(sizes); c++) {
+    int64_t T = sizes[c][0], N = sizes[c][1];
+    size_t n = (size_t)N, tn = (size_t)(T * N);
+    OK(lm_program_bind(p, "T", T));
+    OK(lm_program_bind(p, "N", N));
+    float *a = rand_floats(&r, n, -2, 2), *rw = rand_floats(&r, tn, -1, 1), *done = malloc(tn * sizeof *done);
+    float *want = malloc(tn * sizeof *want);
+    for (size_t i = 0; i < tn; i++) done[i] = check_next(&r) % 5 == 0 ? 1.0f : 0.0f;
+    put(p, "a", a, n);
+    put(p, "r", rw, tn);
+    put(p, "done", done, tn);
+    for (int64_t t = T - 1; t >= 0; t--)
+      for (size_t e = 0; e < n; e++) {
+        size_t i = (size_t)t * n + e;
+        float keep = 1.0f - done[i];
+        float k = keep * GAMMA;
+        float m = k * a[e];
+        a[e] = rw[i] + m;
+        want[i] = a[e];
+      }
+    OK(lm_program_run(p));
+    char what[96];
+    snprintf(what, sizeof what, "%s T=%lld N=%lld: returns", backend, (long long)T, (long long)N);
+    float *got = get(p, "ret", tn);
+    expect_bits(what, got, want, tn);
+    float *as = get(p, "a", n);
+    snprintf(what, sizeof what, "%s T=%lld N=%lld: state a after t=0", backend, (long long)T, (long long)N);
+    expect_bits(what, as, a, n);
+    free(a);
+    free(rw);
+    free(done);
+    free(want);
+    free(got);
+    free(as);
+  }
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+Test(scan, reverse_discounted_sum_matches_a_backwards_c_loop_on_ref) { discount_on("ref"); }
+Test(scan, reverse_discounted_sum_matches_a_backwards_c_loop_on_cpu) { discount_on("cpu"); }
+
+/* ================================================================ RAND */
+
+static void rand_on(const char *backend) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor c = lm_input(g, "c", LM_ROLE_STATE, 1, (lm_dim[]){N});
+  lm_tensor u = lm_rand_stream(g, 7, 1, (lm_dim[]){N});
+  OK(lm_output(u, "u"));
+  OK(lm_assign(c, lm_add(c, u))); /* a carry next to the draws: u_t stays what step t draws */
+  lm_backend_t *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+  cr_assert(p, "%s: lm_program_new_scan: %s", backend, lm_last_error());
+  const uint64_t seed = 0x1234567890abcdefull;
+  lm_program_set_seed(p, seed);
+  const int64_t T = 9, n = 70;
+  OK(lm_program_bind(p, "T", T));
+  OK(lm_program_bind(p, "N", n));
+  float *sum = calloc((size_t)n, sizeof *sum), *want = malloc((size_t)(T * n) * sizeof *want);
+  cr_assert(sum && want);
+  for (uint64_t run = 0; run < 4; run++) {
+    if (run == 3) lm_program_set_run(p, run = 11);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t e = 0; e < n; e++) {
+        float v = lm_rand_uniform(seed, 7, (uint64_t)e, run * (uint64_t)T + (uint64_t)t);
+        want[t * n + e] = v;
+        sum[e] = sum[e] + v;
+      }
+    OK(lm_program_run(p));
+    char what[64];
+    snprintf(what, sizeof what, "%s run %llu: u", backend, (unsigned long long)run);
+    float *got = get(p, "u", (size_t)(T * n));
+    expect_bits(what, got, want, (size_t)(T * n));
+    free(got);
+    snprintf(what, sizeof what, "%s run %llu: carry", backend, (unsigned long long)run);
+    got = get(p, "c", (size_t)n);
+    expect_bits(what, got, sum, (size_t)n);
+    free(got);
+  }
+  free(sum);
+  free(want);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+Test(scan, rand_in_step_t_draws_with_run_counter_run_times_T_plus_t_on_ref) { rand_on("ref"); }
+Test(scan, rand_in_step_t_draws_with_run_counter_run_times_T_plus_t_on_cpu) { rand_on("cpu"); }
+
+/* ================================================================ errors */
+
+static void expect_message(const char *what, const char *const *parts) {
+  const char *msg = lm_last_error();
+  cr_assert(msg && *msg, "%s: no error message", what);
+  for (; *parts; parts++) cr_assert(strstr(msg, *parts), "%s: message \"%s\" does not mention \"%s\"", what, msg, *parts);
+}
+
+Test(scan, a_per_step_name_that_is_no_input_is_refused_naming_it) {
+  lm_graph_t *g = recurrence_graph();
+  for (size_t i = 0; i < CHECK_COUNT(backends); i++) {
+    lm_backend_t *b = open_backend(backends[i]);
+    lm_clear_error();
+    cr_assert_null(lm_program_new_scan(b, g, "T", 0, (const char *[]){"x", "obs"}, 2));
+    expect_message("per-step 'obs'", (const char *[]){"obs", NULL});
+    lm_clear_error();
+    cr_assert_null(lm_program_new_scan(b, g, "T", 0, (const char *[]){"y"}, 1)); /* an output, not an input */
+    expect_message("per-step 'y'", (const char *[]){"'y'", NULL});
+    lm_backend_free(b);
+  }
+  lm_graph_free(g);
+}
+
+Test(scan, a_per_step_input_that_is_state_is_refused_naming_it) {
+  lm_graph_t *g = recurrence_graph();
+  for (size_t i = 0; i < CHECK_COUNT(backends); i++) {
+    lm_backend_t *b = open_backend(backends[i]);
+    lm_clear_error();
+    cr_assert_null(lm_program_new_scan(b, g, "T", 0, (const char *[]){"h"}, 1));
+    expect_message("per-step state 'h'", (const char *[]){"'h'", "state", NULL});
+    lm_backend_free(b);
+  }
+  lm_graph_free(g);
+}
+
+Test(scan, a_missing_or_unbound_T_fails_naming_it) {
+  lm_graph_t *g = recurrence_graph();
+  for (size_t i = 0; i < CHECK_COUNT(backends); i++) {
+    lm_backend_t *b = open_backend(backends[i]);
+    lm_clear_error();
+    cr_assert_null(lm_program_new_scan(b, g, NULL, 0, (const char *[]){"x"}, 1));
+    expect_message("T NULL", (const char *[]){"T", NULL});
+    lm_program_t *p = lm_program_new_scan(b, g, "HORIZON", 0, (const char *[]){"x"}, 1);
+    cr_assert(p, "%s: %s", backends[i], lm_last_error());
+    OK(lm_program_bind(p, "N", 3));
+    float h[3] = {1, 2, 3}, x[6] = {1, 2, 3, 4, 5, 6};
+    OK(lm_program_write(p, "h", h, 3)); /* state is not per step: T is not needed */
+    lm_clear_error();
+    cr_assert_neq(lm_program_write(p, "x", x, 6), LM_OK, "writing a per-step input needs T");
+    expect_message("write x without T", (const char *[]){"HORIZON", NULL});
+    lm_clear_error();
+    cr_assert_neq(lm_program_run(p), LM_OK, "a scan with T unbound must not run");
+    expect_message("run without T", (const char *[]){"HORIZON", NULL});
+    cr_assert_eq(lm_program_run_index(p), 0);
+    OK(lm_program_bind(p, "HORIZON", 2));
+    OK(lm_program_write(p, "x", x, 6));
+    OK(lm_program_run(p));
+    lm_program_free(p);
+    lm_backend_free(b);
+  }
+  lm_graph_free(g);
+}
+
+/* ================================================================ a per-env matvec step */
+
+enum { H = 5 };
+
+/* step: h' = tanh(W h + x_t) per env (h [N,H] state, W [H,H] parameter); y_t = h' */
+static lm_graph_t *tanh_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, H});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, H});
+  lm_tensor w = lm_input(g, "W", LM_ROLE_PARAM, 2, (lm_dim[]){H, H});
+  lm_tensor h2 = lm_tanh(lm_add(lm_matmul(h, lm_transpose(w, 0, 1)), x)); /* (W h)_i = sum_j W[i,j] h_j */
+  OK(lm_output(h2, "y"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+static void tanh_on(const char *backend) {
+  lm_graph_t *g = tanh_graph();
+  lm_backend_t *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+  cr_assert(p, "%s: %s", backend, lm_last_error());
+  const int64_t T = 12, N = 67;
+  size_t n = (size_t)N * H, tn = (size_t)T * n;
+  OK(lm_program_bind(p, "T", T));
+  OK(lm_program_bind(p, "N", N));
+  check_rng r = check_rng_new(99);
+  float *h = rand_floats(&r, n, -1, 1), *x = rand_floats(&r, tn, -1, 1), *w = rand_floats(&r, H * H, -0.8, 0.8);
+  put(p, "h", h, n);
+  put(p, "x", x, tn);
+  put(p, "W", w, H * H);
+  double *hd = malloc(n * sizeof *hd), *want = malloc(tn * sizeof *want);
+  for (size_t i = 0; i < n; i++) hd[i] = h[i];
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t e = 0; e < N; e++) {
+      double next[H];
+      for (int i = 0; i < H; i++) {
+        double s = 0;
+        for (int j = 0; j < H; j++) s += (double)w[i * H + j] * hd[e * H + j];
+        next[i] = tanh(s + x[(size_t)t * n + (size_t)e * H + (size_t)i]);
+      }
+      for (int i = 0; i < H; i++) hd[e * H + i] = want[(size_t)t * n + (size_t)e * H + (size_t)i] = next[i];
+    }
+  OK(lm_program_run(p));
+  float *y = get(p, "y", tn), *hs = get(p, "h", n);
+  char what[64];
+  snprintf(what, sizeof what, "%s: y", backend);
+  check_close(what, y, want, tn, 1e-4, 1e-5);
+  snprintf(what, sizeof what, "%s: state h", backend);
+  check_close(what, hs, hd, n, 1e-4, 1e-5);
+  free(h);
+  free(x);
+  free(w);
+  free(hd);
+  free(want);
+  free(y);
+  free(hs);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_ref) { tanh_on("ref"); }
+Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_cpu) { tanh_on("cpu"); }
+
+/* ================================================================ kernel counts on cpu */
+
+static int scan_kernels(lm_graph_t *g, int64_t T, int64_t N) {
+  lm_backend_t *b = open_backend("cpu");
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+  cr_assert(p, "%s", lm_last_error());
+  OK(lm_program_bind(p, "T", T));
+  OK(lm_program_bind(p, "N", N));
+  lm_program_stats s;
+  OK(lm_program_get_stats(p, &s));
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return s.kernels;
+}
+
+Test(scan, the_interpreter_reports_no_kernels) {
+  lm_graph_t *g = recurrence_graph();
+  lm_backend_t *b = open_backend("ref");
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+  cr_assert(p, "%s", lm_last_error());
+  OK(lm_program_bind(p, "T", 8));
+  OK(lm_program_bind(p, "N", 4));
+  lm_program_stats s;
+  OK(lm_program_get_stats(p, &s));
+  cr_assert_eq(s.kernels, 0);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+/* DESIGN.md §3: an env-local step is emitted as one kernel whose time loop keeps the carry in
+ * registers. The fused scan path (compiler/scan.c) is being written; until it lands the cpu
+ * backend runs the step's kernels T times (stats.kernels = T x kernels per step), so these are
+ * disabled. Enable them with the fused path. */
+Test(scan, env_local_recurrence_is_one_kernel_for_the_whole_scan_on_cpu, .disabled = true) {
+  int k = scan_kernels(recurrence_graph(), 16, 70);
+  cr_assert_eq(k, 1, "the scan of an env-local step took %d kernels per run", k);
+}
+
+Test(scan, env_local_tanh_matvec_step_is_one_kernel_for_the_whole_scan_on_cpu, .disabled = true) {
+  int k = scan_kernels(tanh_graph(), 16, 70);
+  cr_assert_eq(k, 1, "the scan of a per-env matvec step took %d kernels per run", k);
+}

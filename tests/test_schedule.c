@@ -1,0 +1,410 @@
+/* Tests for what the default schedule (compiler/lower.c) and the memory planner
+ * (compiler/memplan.c) make of representative graphs: kernel counts (an elementwise chain, softmax,
+ * log-softmax, x - mean(x), a 2-layer MLP, a node shared by two outputs), temporaries and arena
+ * sizes, loop-invariant hoisting in the plan text, and lm_memplan itself on random interval sets
+ * (no two buffers alive together share a byte, offsets aligned, the arena never exceeds the sum).
+ *
+ * Plans come from lm_lower on the graph canonicalised as the cpu backend does it
+ * (LM_CANON_EXACT). Where the values are checked too, the cpu backend is compared with the ref
+ * interpreter on fixed-seed inputs away from zero, NaN-poisoned outputs, relative tolerance 2e-5
+ * plus absolute 1e-5 (libmvec's SIMD sin/exp2/log2 may differ from scalar libm by a few ulp). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loopir.h"
+#include "lumen/lumen.h"
+#include "memplan.h"
+#include "passes.h"
+#include "support/check.h"
+
+#define RTOL 2e-5
+#define ATOL 1e-5
+
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    lm_status st_ = (call);                                                                        \
+    cr_assert_eq(st_, LM_OK, "%s -> %s: %s", #call, lm_status_name(st_), lm_last_error());         \
+  } while (0)
+
+/* ---------------------------------------------------------------- plans */
+
+typedef struct lowered {
+  lm_graph_t *g; /* canonical graph (owns the plan's expressions) */
+  lm_plan *p;
+  char *text;    /* lm_plan_dump */
+} lowered;
+
+static lowered lower(const lm_graph_t *g) {
+  cr_assert_eq(lm_graph_validate(g), LM_OK, "graph: %s", lm_last_error());
+  lowered l = {0};
+  l.g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL);
+  cr_assert(l.g, "canonicalise: %s", lm_last_error());
+  OK(lm_lower(l.g, &l.p));
+  lm_sb sb = {0};
+  lm_plan_dump(l.p, &sb);
+  l.text = lm_sb_take(&sb);
+  cr_assert(l.text);
+  return l;
+}
+
+static void lowered_free(lowered *l) {
+  lm_free(l->text);
+  lm_plan_free(l->p);
+  lm_graph_free(l->g);
+  memset(l, 0, sizeof *l);
+}
+
+static size_t temps(const lowered *l) {
+  size_t n = 0;
+  for (size_t i = 0; i < l->p->nbufs; i++) n += l->p->bufs[i].kind == LM_BUF_TEMP;
+  return n;
+}
+
+static void expect_kernels(const lowered *l, size_t lo, size_t hi, const char *what) {
+  size_t n = l->p->nkernels;
+  cr_assert(n >= lo && n <= hi, "%s: %zu kernels, expected %zu..%zu; plan:\n%s", what, n, lo, hi, l->text);
+}
+
+/* The plan buffer of the program input named `name`. */
+static uint32_t input_buf(const lowered *l, const char *name) {
+  int in = -1;
+  for (size_t i = 0; i < l->g->ninputs; i++)
+    if (!strcmp(l->g->inputs[i].name, name)) in = (int)i;
+  cr_assert(in >= 0, "no input %s", name);
+  for (size_t b = 0; b < l->p->nbufs; b++)
+    if (l->p->bufs[b].kind == LM_BUF_INPUT && l->p->bufs[b].index == (uint32_t)in) return (uint32_t)b;
+  cr_assert_fail("input %s has no plan buffer", name);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- cpu against ref */
+
+typedef struct feed {
+  const char *name;
+  double lo, hi; /* values in [lo, hi) away from zero */
+} feed;
+
+/* Builds g on cpu and ref, binds N, writes every input (fixed seed), runs both and compares
+ * every output; returns the cpu program's stats. */
+static lm_program_stats run_both(const lm_graph_t *g, int64_t N, const feed *in, size_t nin, const char *const *out,
+                                 size_t nout) {
+  lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
+  cr_assert(bc && br, "backends: %s", lm_last_error());
+  lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
+  cr_assert(pc && pr, "lm_program_new: %s", lm_last_error());
+  OK(lm_program_bind(pc, "N", N));
+  OK(lm_program_bind(pr, "N", N));
+  check_rng r = check_rng_new(0x5c4ed01e);
+  for (size_t i = 0; i < nin; i++) {
+    size_t n = 0;
+    OK(lm_program_numel(pc, in[i].name, &n));
+    float *v = malloc(n * sizeof *v);
+    cr_assert(v);
+    check_fill(&r, v, n, in[i].lo, in[i].hi, 0.01);
+    OK(lm_program_write(pc, in[i].name, v, n));
+    OK(lm_program_write(pr, in[i].name, v, n));
+    free(v);
+  }
+  OK(lm_program_run(pc));
+  OK(lm_program_run(pr));
+  for (size_t i = 0; i < nout; i++) {
+    size_t n = 0;
+    OK(lm_program_numel(pc, out[i], &n));
+    float *got = malloc(n * sizeof *got), *ref = malloc(n * sizeof *ref);
+    double *want = malloc(n * sizeof *want);
+    cr_assert(got && ref && want);
+    check_poison(got, n);
+    check_poison(ref, n);
+    OK(lm_program_read(pc, out[i], got, n));
+    OK(lm_program_read(pr, out[i], ref, n));
+    check_finite(out[i], ref, n);
+    for (size_t k = 0; k < n; k++) want[k] = ref[k];
+    check_close(out[i], got, want, n, RTOL, ATOL);
+    free(got);
+    free(ref);
+    free(want);
+  }
+  lm_program_stats s;
+  OK(lm_program_get_stats(pc, &s));
+  lm_program_free(pc);
+  lm_program_free(pr);
+  lm_backend_free(bc);
+  lm_backend_free(br);
+  return s;
+}
+
+/* ================================================================ kernel counts */
+
+Test(schedule, sin_exp2_mul_add_chain_is_one_kernel_without_temporaries) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 4});
+  lm_tensor y = lm_input(g, "y", LM_ROLE_DATA, 2, (lm_dim[]){N, 4});
+  lm_tensor z = lm_input(g, "z", LM_ROLE_DATA, 1, (lm_dim[]){4});
+  OK(lm_output(lm_add(lm_mul(lm_exp2(lm_sin(x)), y), z), "out"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 1, "sin-exp2-mul-add");
+  cr_assert_eq(temps(&l), 0, "no intermediate buffer expected:\n%s", l.text);
+  lowered_free(&l);
+  lm_program_stats s = run_both(g, 37, (feed[]){{"x", -3, 3}, {"y", -2, 2}, {"z", -1, 1}}, 3,
+                                (const char *[]){"out"}, 1);
+  cr_assert_eq(s.kernels, 1);
+  cr_assert_eq(s.arena_bytes, 0, "arena %zu bytes for a fused chain", s.arena_bytes);
+  cr_assert_eq(s.temp_bytes, 0);
+  lm_graph_free(g);
+}
+
+Test(schedule, softmax_over_rows_is_at_most_two_kernels) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 10});
+  OK(lm_output(lm_softmax(x, 1), "p"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 2, "softmax");
+  lowered_free(&l);
+  lm_program_stats s = run_both(g, 13, (feed[]){{"x", -4, 4}}, 1, (const char *[]){"p"}, 1);
+  cr_assert(s.kernels >= 1 && s.kernels <= 2);
+  lm_graph_free(g);
+}
+
+Test(schedule, log_softmax_over_rows_is_at_most_two_kernels) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 6});
+  OK(lm_output(lm_log_softmax(x, -1), "lp"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 2, "log-softmax");
+  lowered_free(&l);
+  run_both(g, 9, (feed[]){{"x", -4, 4}}, 1, (const char *[]){"lp"}, 1);
+  lm_graph_free(g);
+}
+
+Test(schedule, reduction_broadcast_back_x_minus_mean_is_one_kernel) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 10});
+  OK(lm_output(lm_sub(x, lm_mean(x, 1, 1)), "c"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 1, "x - mean(x)");
+  cr_assert_eq(temps(&l), 0, "the row mean must live in a register:\n%s", l.text);
+  lowered_free(&l);
+  lm_program_stats s = run_both(g, 11, (feed[]){{"x", -5, 5}}, 1, (const char *[]){"c"}, 1);
+  cr_assert_eq(s.kernels, 1);
+  cr_assert_eq(s.arena_bytes, 0);
+  lm_graph_free(g);
+}
+
+static lm_graph_t *mlp_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 4});
+  lm_tensor w1 = lm_input(g, "W1", LM_ROLE_PARAM, 2, (lm_dim[]){4, 16});
+  lm_tensor b1 = lm_input(g, "b1", LM_ROLE_PARAM, 1, (lm_dim[]){16});
+  lm_tensor w2 = lm_input(g, "W2", LM_ROLE_PARAM, 2, (lm_dim[]){16, 3});
+  lm_tensor b2 = lm_input(g, "b2", LM_ROLE_PARAM, 1, (lm_dim[]){3});
+  lm_tensor h = lm_tanh(lm_add(lm_matmul(x, w1), b1));
+  OK(lm_output(lm_tanh(lm_add(lm_matmul(h, w2), b2)), "y"));
+  return g;
+}
+
+Test(schedule, two_layer_mlp_forward_is_at_most_one_kernel_per_layer) {
+  lm_graph_t *g = mlp_graph();
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 2, "2-layer MLP");
+  cr_assert_leq(temps(&l), 1, "at most the hidden activations are a temporary:\n%s", l.text);
+  lowered_free(&l);
+  lm_program_stats s = run_both(g, 21,
+                                (feed[]){{"x", -1, 1}, {"W1", -0.5, 0.5}, {"b1", -0.2, 0.2}, {"W2", -0.5, 0.5},
+                                         {"b2", -0.2, 0.2}},
+                                5, (const char *[]){"y"}, 1);
+  cr_assert_leq(s.kernels, 2);
+  lm_graph_free(g);
+}
+
+Test(schedule, elementwise_node_shared_by_two_outputs_is_recomputed_not_stored) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 4});
+  lm_tensor e = lm_exp2(lm_sin(x));
+  OK(lm_output(lm_mul_scalar(e, 2.0f), "o1"));
+  OK(lm_output(lm_add_scalar(e, 1.0f), "o2"));
+  lowered l = lower(g);
+  /* One kernel per output; the cheap shared node is evaluated in both rather than stored. */
+  expect_kernels(&l, 2, 2, "shared elementwise node");
+  cr_assert_eq(temps(&l), 0, "a shared elementwise node needs no buffer:\n%s", l.text);
+  lowered_free(&l);
+  lm_program_stats s = run_both(g, 70, (feed[]){{"x", -3, 3}}, 1, (const char *[]){"o1", "o2"}, 2);
+  cr_assert_eq(s.kernels, 2);
+  cr_assert_eq(s.arena_bytes, 0);
+  lm_graph_free(g);
+}
+
+Test(schedule, a_reduction_shared_by_two_consumers_is_stored_once) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 8});
+  lm_tensor m = lm_sum_reduce(x, 1);
+  OK(lm_output(lm_sin(m), "a"));
+  OK(lm_output(lm_mul(m, m), "b"));
+  lowered l = lower(g);
+  expect_kernels(&l, 2, 3, "shared reduction");
+  int reductions = 0;
+  for (const char *s = l.text; (s = strstr(s, "acc_sum")); s++) reductions++;
+  cr_assert_eq(reductions, 1, "the shared sum must be computed once:\n%s", l.text);
+  lowered_free(&l);
+  run_both(g, 5, (feed[]){{"x", -2, 2}}, 1, (const char *[]){"a", "b"}, 2);
+  lm_graph_free(g);
+}
+
+/* ================================================================ hoisting */
+
+/* Indentation depth of a plan-text line (lm_plan_dump indents 2 spaces per level). */
+static int depth_of(const char *line) {
+  int n = 0;
+  while (line[n] == ' ') n++;
+  return n / 2;
+}
+
+Test(schedule, matmul_bias_kernel_loads_the_bias_outside_the_reduction_loop) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 5});
+  lm_tensor w = lm_input(g, "W", LM_ROLE_PARAM, 2, (lm_dim[]){5, 7});
+  lm_tensor b = lm_input(g, "b", LM_ROLE_PARAM, 1, (lm_dim[]){7});
+  OK(lm_output(lm_add(lm_matmul(x, w), b), "y"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 1, "matmul + bias");
+  char bias[32], weight[32];
+  snprintf(bias, sizeof bias, "load b%u[", input_buf(&l, "b"));
+  snprintf(weight, sizeof weight, "load b%u[", input_buf(&l, "W"));
+  /* walk the text: track the open serial loop's depth */
+  int for_depth = -1, bias_depth = -1, bias_in_for = 0, weight_in_for = 0, fors = 0;
+  char *text = strdup(l.text);
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    int d = depth_of(line);
+    if (for_depth >= 0 && d <= for_depth) for_depth = -1;
+    if (strstr(line, "for i")) for_depth = d, fors++;
+    if (strstr(line, bias)) bias_depth = d, bias_in_for = for_depth >= 0;
+    if (strstr(line, weight)) weight_in_for = for_depth >= 0;
+  }
+  free(text);
+  cr_assert_eq(fors, 1, "one reduction loop expected:\n%s", l.text);
+  cr_assert(bias_depth >= 0, "no load of the bias:\n%s", l.text);
+  cr_assert(!bias_in_for, "the bias load sits inside the reduction loop:\n%s", l.text);
+  cr_assert(weight_in_for, "the weight load must be inside the reduction loop:\n%s", l.text);
+  lowered_free(&l);
+  run_both(g, 19, (feed[]){{"x", -1, 1}, {"W", -1, 1}, {"b", -1, 1}}, 3, (const char *[]){"y"}, 1);
+  lm_graph_free(g);
+}
+
+/* ================================================================ memory planning */
+
+Test(schedule, deep_materialised_chain_reuses_the_arena_and_matches_ref) {
+  enum { STAGES = 12 };
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor y = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 64});
+  /* CONTIGUOUS of a node seen as it is would be dropped by the canonicaliser: each stage is
+   * materialised transposed ([N,64] and [64,N] alternate). */
+  for (int s = 0; s < STAGES; s++) {
+    if (s % 2 == 0) /* elementwise */
+      y = lm_add_scalar(lm_mul_scalar(lm_sin(y), 0.75f), 0.125f * (float)s);
+    else /* a reduction broadcast back */
+      y = lm_sub(y, lm_max(y, 1, 1));
+    y = lm_contiguous(lm_transpose(y, 0, 1));
+  }
+  OK(lm_output(lm_mul_scalar(y, 3.0f), "out"));
+  lowered l = lower(g);
+  cr_assert_geq(l.p->nkernels, STAGES, "every stage must be its own kernel:\n%s", l.text);
+  cr_assert_geq(temps(&l), STAGES - 1);
+  lowered_free(&l);
+  int64_t n = 33;
+  lm_program_stats s = run_both(g, n, (feed[]){{"x", -2, 2}}, 1, (const char *[]){"out"}, 1);
+  size_t one = (size_t)n * 64 * sizeof(float);
+  cr_assert_geq(s.temp_bytes, (STAGES - 1) * one, "temp_bytes %zu", s.temp_bytes);
+  cr_assert(s.arena_bytes >= one, "arena %zu smaller than one stage", s.arena_bytes);
+  cr_assert(s.arena_bytes * 3 <= s.temp_bytes, "arena %zu bytes is not far below the %zu bytes of temporaries",
+            s.arena_bytes, s.temp_bytes);
+  lm_graph_free(g);
+}
+
+/* Checks a placement: aligned, inside the arena, arena <= sum, no shared byte between buffers
+ * alive in overlapping kernel ranges. */
+static void check_placement(size_t n, const size_t *bytes, const int *first, const int *last, size_t align,
+                            const size_t *off, size_t total, const char *what) {
+  size_t sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (first[i] < 0 || !bytes[i]) continue;
+    size_t need = (bytes[i] + align - 1) / align * align;
+    sum += need;
+    cr_assert_eq(off[i] % align, 0, "%s: buffer %zu at offset %zu, not %zu-aligned", what, i, off[i], align);
+    cr_assert_leq(off[i] + bytes[i], total, "%s: buffer %zu [%zu, +%zu) ends past the arena (%zu)", what, i, off[i],
+                  bytes[i], total);
+  }
+  cr_assert_leq(total, sum, "%s: arena %zu exceeds the sum of the buffers %zu", what, total, sum);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = i + 1; j < n; j++) {
+      if (first[i] < 0 || first[j] < 0 || !bytes[i] || !bytes[j]) continue;
+      int live_together = !(last[i] < first[j] || last[j] < first[i]);
+      int share = off[i] < off[j] + bytes[j] && off[j] < off[i] + bytes[i];
+      cr_assert(!(live_together && share),
+                "%s: buffers %zu (%zu bytes at %zu, live %d..%d) and %zu (%zu bytes at %zu, live %d..%d) overlap", what,
+                i, bytes[i], off[i], first[i], last[i], j, bytes[j], off[j], first[j], last[j]);
+    }
+}
+
+Test(memplan, random_interval_sets_never_share_bytes_between_live_buffers) {
+  check_rng r = check_rng_new(0xa11ce);
+  enum { MAXN = 48 };
+  for (int trial = 0; trial < 2000; trial++) {
+    size_t n = 1 + check_next(&r) % MAXN, bytes[MAXN], off[MAXN], total = 0;
+    int first[MAXN], last[MAXN], kernels = 1 + (int)(check_next(&r) % 24);
+    size_t align = (size_t)1 << (check_next(&r) % 8);
+    for (size_t i = 0; i < n; i++) {
+      first[i] = check_next(&r) % 10 == 0 ? -1 : (int)(check_next(&r) % (uint64_t)kernels);
+      last[i] = first[i] < 0 ? -1 : first[i] + (int)(check_next(&r) % (uint64_t)(kernels - first[i] + 1));
+      bytes[i] = check_next(&r) % 16 == 0 ? 0 : 1 + check_next(&r) % (check_next(&r) % 2 ? 64 : 5000);
+      off[i] = (size_t)-1;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "trial %d (n %zu, align %zu)", trial, n, align);
+    OK(lm_memplan(n, bytes, first, last, align, off, &total));
+    check_placement(n, bytes, first, last, align, off, total, what);
+  }
+}
+
+Test(memplan, a_chain_needs_two_buffers_and_touching_ranges_do_not_share) {
+  /* buffer i is written by kernel i and read by kernel i + 1 */
+  enum { N = 10 };
+  size_t bytes[N], off[N], total = 0;
+  int first[N], last[N];
+  for (int i = 0; i < N; i++) bytes[i] = 1000, first[i] = i, last[i] = i + 1;
+  OK(lm_memplan(N, bytes, first, last, 64, off, &total));
+  check_placement(N, bytes, first, last, 64, off, total, "chain");
+  cr_assert_eq(total, 2 * 1024, "a chain of 1000-byte buffers needs 2 x 1024 bytes, got %zu", total);
+  /* every buffer alive at once: nothing can be shared */
+  for (int i = 0; i < N; i++) first[i] = 0, last[i] = 5;
+  OK(lm_memplan(N, bytes, first, last, 64, off, &total));
+  check_placement(N, bytes, first, last, 64, off, total, "all live");
+  cr_assert_eq(total, N * 1024);
+  /* unused and empty buffers take nothing */
+  for (int i = 0; i < N; i++) first[i] = i % 2 ? -1 : 0, last[i] = i % 2 ? -1 : 0, bytes[i] = i % 4 == 2 ? 0 : 8;
+  OK(lm_memplan(N, bytes, first, last, 16, off, &total));
+  check_placement(N, bytes, first, last, 16, off, total, "unused");
+  cr_assert_eq(total, 3 * 16, "buffers 0, 4 and 8 take 16 bytes each, got %zu", total);
+  OK(lm_memplan(0, bytes, first, last, 16, off, &total));
+  cr_assert_eq(total, 0);
+}
+
+Test(memplan, a_freed_gap_is_reused_by_a_buffer_that_fits) {
+  /* A (100 B) and B (100 B) live together; A dies; C (64 B) fits where A was. */
+  size_t bytes[3] = {100, 100, 64}, off[3], total = 0;
+  int first[3] = {0, 0, 2}, last[3] = {1, 3, 3};
+  OK(lm_memplan(3, bytes, first, last, 64, off, &total));
+  check_placement(3, bytes, first, last, 64, off, total, "gap");
+  cr_assert_eq(total, 256, "C must reuse A's bytes: arena %zu", total);
+}
