@@ -2,8 +2,6 @@
  * the local derivative of every primitive, the inverse of every view kind on the edges, and
  * gradient accumulation, all appended to the loss's graph as ordinary primitives and views.
  * Also lm_detach, the stop-gradient. */
-#include <string.h>
-
 #include "graph-impl.h"
 #include "lumen/autograd.h"
 #include "lumen/ops.h"
@@ -191,7 +189,9 @@ _Static_assert(LM_OP_CONTIGUOUS + 1 == LM_OP_COUNT, "autograd: every op needs a 
 static lm_status check_args(lm_tensor loss, const lm_tensor *wrt, int n, lm_tensor *grads) {
   if (n < 0 || (n > 0 && (!wrt || !grads))) return lm_fail(LM_ERR_INVALID, "grad: %d wrt tensors and NULL arrays", n);
   for (int i = 0; i < n; i++) grads[i] = invalid;
-  if (!loss.g) return lm_fail(LM_ERR_INVALID, "grad: the loss has no graph (an invalid tensor)");
+  if (!loss.g)
+    return lm_fail(LM_ERR_INVALID,
+                   "grad: the loss is an invalid tensor (a failed construction; lm_graph_validate names the error)");
   lm_graph_t *g = loss.g;
   if (g->err)
     return lm_fail(g->err, "grad: the loss's graph has an error: %s", g->errmsg ? g->errmsg : "out of memory");

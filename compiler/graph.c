@@ -279,6 +279,13 @@ lm_tensor lm_input(lm_graph_t *g, const char *name, lm_role role, int rank, cons
   return t;
 }
 
+lm_tensor lm_graph_input(lm_graph_t *g, const char *name) {
+  if (!g || !name) return invalid_tensor;
+  for (size_t i = 0; i < g->ninputs; i++)
+    if (!strcmp(g->inputs[i].name, name)) return (lm_tensor){g, g->inputs[i].node, 0};
+  return invalid_tensor;
+}
+
 lm_tensor lm_const(lm_graph_t *g, float value) {
   if (!g || g->err) return invalid_tensor;
   lm_node n = {.op = LM_OP_CONST, .value = value};

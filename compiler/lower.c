@@ -280,6 +280,7 @@ static uint32_t compute(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr vali
   uint32_t v[2] = {0, 0};
   for (int i = 0; i < n->nsrc; i++) {
     lm_expr sidx[LM_MAX_RANK], sv;
+    ctx = ctx_of(b); /* evaluating an earlier operand may add loops and move b->extent */
     lm_edge_index_nd(g, n->src[i], idx, &ctx, sidx, &sv);
     lm_expr v2 = lm_x_simplify(&g->x, lm_x_and(&g->x, valid, sv), &ctx);
     v[i] = eval(b, n->src[i].node, sidx, v2);

@@ -418,3 +418,11 @@ lm_status lm_program_link(lm_program_t *p, const char *name, lm_program_t *owner
   p->in[i] = (buffer){.owner = owner, .owner_index = k, .owner_output = out};
   return LM_OK;
 }
+
+int lm_program_input_count(const lm_program_t *p) { return (int)p->g->ninputs; }
+const char *lm_program_input_name(const lm_program_t *p, int i) {
+  return i >= 0 && (size_t)i < p->g->ninputs ? p->g->inputs[i].name : NULL;
+}
+lm_role lm_program_input_role(const lm_program_t *p, int i) {
+  return i >= 0 && (size_t)i < p->g->ninputs ? (lm_role)p->g->inputs[i].role : LM_ROLE_COUNT;
+}

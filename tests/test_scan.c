@@ -1,8 +1,9 @@
 /* Tests for scans (lm_program_new_scan) on the ref and cpu backends: a forward recurrence and a
  * reverse discounted sum (GAE-style) against plain C loops, for several T and N, with the carry
  * kept across runs; RAND inside a scan drawing what T runs of the step would (run counter
- * run*T + t); the errors (a per-step name that is no input, a per-step state, T unbound); and
- * the kernel count of env-local scans on cpu (one kernel for the whole scan).
+ * run*T + t); the errors (a per-step name that is no input, a per-step state, T unbound); the
+ * kernel count of env-local scans on cpu (one kernel for the whole scan); and a step reading
+ * other envs' carry, which cpu runs step by step, against ref.
  *
  * Tolerances: the recurrences do the same float operations in the same order as the C loops
  * (one IEEE operation per C statement, no contraction), and RAND is bit-identical to
@@ -372,6 +373,49 @@ static void tanh_on(const char *backend) {
 Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_ref) { tanh_on("ref"); }
 Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_cpu) { tanh_on("cpu"); }
 
+/* ================================================================ a step that is not env-local */
+
+/* step: h' = 0.5 * (h - mean over envs of h) + x_t: every env reads every other env's carry,
+ * so cpu cannot fuse the scan; it must still match ref (same float operations: bit for bit). */
+Test(scan, a_step_reading_other_envs_runs_step_by_step_on_cpu_and_matches_ref) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 1, (lm_dim[]){N});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 1, (lm_dim[]){N});
+  lm_tensor h2 = lm_add(lm_mul_scalar(lm_sub(h, lm_mean(h, 0, 1)), 0.5f), x);
+  OK(lm_output(h2, "y"));
+  OK(lm_assign(h, h2));
+  const int64_t T = 7, n = 70;
+  check_rng r = check_rng_new(5);
+  float *h0 = rand_floats(&r, n, -3, 3), *xs = rand_floats(&r, T * n, -1, 1), *out[2], *hs[2];
+  for (int i = 0; i < 2; i++) {
+    lm_backend_t *b = open_backend(backends[i]);
+    lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+    cr_assert(p, "%s: %s", backends[i], lm_last_error());
+    OK(lm_program_bind(p, "T", T));
+    OK(lm_program_bind(p, "N", n));
+    put(p, "h", h0, n);
+    put(p, "x", xs, T * n);
+    OK(lm_program_run(p));
+    out[i] = get(p, "y", T * n);
+    hs[i] = get(p, "h", n);
+    if (i == 1) {
+      lm_program_stats s;
+      OK(lm_program_get_stats(p, &s));
+      cr_assert(s.kernels >= T && s.kernels % T == 0, "%d kernels for %lld steps of a step that is not env-local",
+                s.kernels, (long long)T);
+    }
+    lm_program_free(p);
+    lm_backend_free(b);
+  }
+  expect_bits("cpu vs ref: y", out[1], out[0], T * n);
+  expect_bits("cpu vs ref: state h", hs[1], hs[0], n);
+  for (int i = 0; i < 2; i++) free(out[i]), free(hs[i]);
+  free(h0);
+  free(xs);
+  lm_graph_free(g);
+}
+
 /* ================================================================ kernel counts on cpu */
 
 static int scan_kernels(lm_graph_t *g, int64_t T, int64_t N) {
@@ -404,15 +448,13 @@ Test(scan, the_interpreter_reports_no_kernels) {
 }
 
 /* DESIGN.md §3: an env-local step is emitted as one kernel whose time loop keeps the carry in
- * registers. The fused scan path (compiler/scan.c) is being written; until it lands the cpu
- * backend runs the step's kernels T times (stats.kernels = T x kernels per step), so these are
- * disabled. Enable them with the fused path. */
-Test(scan, env_local_recurrence_is_one_kernel_for_the_whole_scan_on_cpu, .disabled = true) {
+ * registers (compiler/scan.c), not T launches of the step's kernels. */
+Test(scan, env_local_recurrence_is_one_kernel_for_the_whole_scan_on_cpu) {
   int k = scan_kernels(recurrence_graph(), 16, 70);
   cr_assert_eq(k, 1, "the scan of an env-local step took %d kernels per run", k);
 }
 
-Test(scan, env_local_tanh_matvec_step_is_one_kernel_for_the_whole_scan_on_cpu, .disabled = true) {
+Test(scan, env_local_tanh_matvec_step_is_one_kernel_for_the_whole_scan_on_cpu) {
   int k = scan_kernels(tanh_graph(), 16, 70);
   cr_assert_eq(k, 1, "the scan of a per-env matvec step took %d kernels per run", k);
 }

@@ -1,8 +1,10 @@
 /* Tests for what the default schedule (compiler/lower.c) and the memory planner
  * (compiler/memplan.c) make of representative graphs: kernel counts (an elementwise chain, softmax,
- * log-softmax, x - mean(x), a 2-layer MLP, a node shared by two outputs), temporaries and arena
- * sizes, loop-invariant hoisting in the plan text, and lm_memplan itself on random interval sets
- * (no two buffers alive together share a byte, offsets aligned, the arena never exceeds the sum).
+ * log-softmax, x - mean(x), a 2-layer MLP, a node shared by two outputs, a shared reduction),
+ * temporaries and arena sizes, loop-invariant hoisting in the plan text, lm_memplan itself on
+ * random interval sets (no two buffers alive together share a byte, offsets aligned, the arena
+ * never exceeds the sum), and a kernel that indexes an operand after inlining many reductions
+ * (run it under the sanitizer build: a stale loop-extent table is a use-after-free there).
  *
  * Plans come from lm_lower on the graph canonicalised as the cpu backend does it
  * (LM_CANON_EXACT). Where the values are checked too, the cpu backend is compared with the ref
@@ -407,4 +409,26 @@ Test(memplan, a_freed_gap_is_reused_by_a_buffer_that_fits) {
   OK(lm_memplan(3, bytes, first, last, 64, off, &total));
   check_placement(3, bytes, first, last, 64, off, total, "gap");
   cr_assert_eq(total, 256, "C must reuse A's bytes: arena %zu", total);
+}
+
+/* ================================================================ lowering robustness */
+
+/* One kernel whose first operand inlines many reductions (each a serial loop of the kernel)
+ * and whose second operand is read through a view afterwards: the lowering must index the
+ * second operand with the kernel's current loop extents (the extent table grows, and moves,
+ * as reductions add loops). */
+Test(schedule, operand_read_after_many_inlined_reductions_lowers_to_one_kernel_matching_ref) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 5});
+  lm_tensor y = lm_input(g, "y", LM_ROLE_DATA, 2, (lm_dim[]){6, N});
+  lm_tensor a = lm_sum_reduce(x, 1);
+  for (int k = 2; k <= 40; k++) a = lm_add(a, lm_sum_reduce(lm_mul_scalar(x, (float)k), 1));
+  lm_tensor row = lm_reshape(lm_affine_mod(lm_slice(y, 0, 2, 3), 1, 3, 1), 1, (lm_dim[]){N});
+  OK(lm_output(lm_add(a, row), "out"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 1, "40 inlined sums + a viewed operand");
+  lowered_free(&l);
+  run_both(g, 7, (feed[]){{"x", -1, 1}, {"y", -1, 1}}, 2, (const char *[]){"out"}, 1);
+  lm_graph_free(g);
 }

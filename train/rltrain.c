@@ -1,59 +1,489 @@
-/* rltrain: the command-line front end for training.
- * Until environments and training exist it only reports what this build holds: its version and
- * its list of registered environments (empty). Exit codes: 0 success, 2 usage error. */
+/* rltrain: the command-line front end. Today it lists the registered environments, checks an
+ * env's graph and reference stepper against a transitions file (`check`), and records such a
+ * file from the reference stepper (`record`); training itself arrives with the training issue.
+ * Exit codes: 0 success, 1 a check found errors over tolerance, 2 usage or input error. */
+#include <lumen/env.h>
 #include <lumen/lumen.h>
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void print_usage(FILE *out) {
-    fputs("usage: rltrain COMMAND\n"
-          "\n"
-          "commands:\n"
-          "  list        list the environments registered in this build\n"
-          "  --version   print the lumen version\n"
-          "  help        show this help (also -h, --help)\n"
-          "\n"
-          "Training (rltrain ENV) becomes available once environments are registered.\n",
-          out);
+  fputs("usage: rltrain COMMAND [ARGS]\n"
+        "\n"
+        "commands:\n"
+        "  list                      list the environments of this build: observation size,\n"
+        "                            action space and time limit\n"
+        "  check ENV FILE.csv [--device ref|cpu|auto]\n"
+        "                            replay every transition of FILE.csv, one step each, through\n"
+        "                            ENV's graph (compiled on the device; default auto) and its\n"
+        "                            scalar reference stepper; print the max absolute and relative\n"
+        "                            error per column; exit 1 if any exceeds the tolerance\n"
+        "  record ENV FILE.csv [--episodes K] [--seed S]\n"
+        "                            write K episodes (default 10) of ENV's reference stepper under\n"
+        "                            uniform random actions (seed S, default 0) to FILE.csv\n"
+        "  ENV                       train on ENV: not available in this build yet\n"
+        "  --version                 print the lumen version\n"
+        "  help                      show this help (also -h, --help)\n"
+        "\n"
+        "Transition files (the format of shared/golden/*.csv), one row per step:\n"
+        "  episode,t,<state before>,<action>,<state after>,<obs after>,reward,terminated,truncated\n"
+        "\n"
+        "Tolerances of check (per env; docs/ENVS.md lists them): a state or obs column passes when\n"
+        "every row has |got - want| <= atol + rtol * |want|, the reward when |got - want| <=\n"
+        "reward_atol + reward_rtol * |want| (0 and 0 for envs with integer rewards: exact), and\n"
+        "terminated must match on every row. truncated must follow the time limit: 1 exactly where\n"
+        "t + 1 == limit and the step did not terminate. The relative error printed is\n"
+        "|got - want| / max(|want|, 1e-3).\n",
+        out);
 }
 
-static int no_extra_args(int argc, char **argv) {
-    if (argc <= 2) return 1;
-    fprintf(stderr, "rltrain: '%s' takes no arguments, got '%s' (see 'rltrain help')\n",
-            argv[1], argv[2]);
+/* ---------------------------------------------------------------- list */
+
+static void space_text(const lm_space *s, char *buf, size_t cap) {
+  if (s->kind == LM_SPACE_DISCRETE) {
+    snprintf(buf, cap, "discrete(%d)", s->n);
+    return;
+  }
+  size_t len = (size_t)snprintf(buf, cap, "box(%d) in ", s->n);
+  for (int k = 0; k < s->n && len < cap; k++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s[%g, %g]", k ? " x " : "", (double)s->low[k], (double)s->high[k]);
+}
+
+static int cmd_list(void) {
+  printf("%-24s %-26s %4s  %-28s %6s\n", "env", "gym id", "obs", "action", "limit");
+  for (int i = 0; i < lm_env_count(); i++) {
+    const lm_env_spec *e = lm_env_at(i);
+    char act[160];
+    space_text(&e->action, act, sizeof act);
+    printf("%-24s %-26s %4d  %-28s %6d\n", e->name, e->gym_id ? e->gym_id : "-", e->obs_size, act, e->time_limit);
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- transitions files */
+
+typedef struct table {
+  size_t rows, cols;
+  double *v;      /* rows x cols */
+  long *line;     /* line number of each row */
+  char **names;   /* header */
+} table;
+
+static void table_free(table *t) {
+  if (t->names)
+    for (size_t i = 0; i < t->cols; i++) free(t->names[i]);
+  free(t->names);
+  free(t->v);
+  free(t->line);
+  memset(t, 0, sizeof *t);
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t') s++;
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n')) s[--n] = 0;
+  return s;
+}
+
+/* Splits line in place at commas; returns the number of fields (at most cap are stored). */
+static size_t split(char *line, char **fields, size_t cap) {
+  size_t n = 0;
+  for (char *p = line;; n++) {
+    char *comma = strchr(p, ',');
+    if (comma) *comma = 0;
+    if (n < cap) fields[n] = trim(p);
+    if (!comma) return n + 1;
+    p = comma + 1;
+  }
+}
+
+/* Reads a transitions file for env; on error prints "FILE:LINE: ..." and returns 0. */
+static int read_table(const char *path, const lm_env_spec *e, table *t) {
+  memset(t, 0, sizeof *t);
+  int S = e->state_size, A = lm_env_action_size(e), O = e->obs_size;
+  size_t want = (size_t)(2 + S + A + S + O + 3);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "rltrain: cannot read '%s': %s\n", path, strerror(errno));
     return 0;
+  }
+  char *line = NULL;
+  size_t cap = 0, rowcap = 0;
+  long lineno = 0;
+  int ok = 1, have_header = 0;
+  char **fields = malloc(want * sizeof *fields);
+  if (!fields) ok = 0;
+  while (ok && getline(&line, &cap, f) >= 0) {
+    lineno++;
+    char *l = trim(line);
+    if (!*l) continue; /* blank lines are ignored */
+    size_t n = split(l, fields, want);
+    if (n != want) {
+      fprintf(stderr,
+              "rltrain: %s:%ld: %zu columns, but %s needs %zu: episode, t, %d state, %d action, %d next state, %d obs, "
+              "reward, terminated, truncated\n",
+              path, lineno, n, e->name, want, S, A, S, O);
+      ok = 0;
+      break;
+    }
+    if (!have_header) {
+      if (strcmp(fields[0], "episode") != 0 || strcmp(fields[1], "t") != 0) {
+        fprintf(stderr, "rltrain: %s:%ld: expected the header line 'episode,t,...', found '%s,%s,...'\n", path, lineno,
+                fields[0], fields[1]);
+        ok = 0;
+        break;
+      }
+      t->names = calloc(want, sizeof *t->names);
+      if (!t->names) {
+        ok = 0;
+        break;
+      }
+      t->cols = want;
+      for (size_t i = 0; i < want; i++)
+        if (!(t->names[i] = strdup(fields[i]))) ok = 0;
+      have_header = 1;
+      continue;
+    }
+    if (t->rows == rowcap) {
+      rowcap = rowcap ? 2 * rowcap : 1024;
+      double *v = realloc(t->v, rowcap * want * sizeof *v);
+      long *ln = realloc(t->line, rowcap * sizeof *ln);
+      if (v) t->v = v;
+      if (ln) t->line = ln;
+      if (!v || !ln) {
+        fprintf(stderr, "rltrain: out of memory reading '%s'\n", path);
+        ok = 0;
+        break;
+      }
+    }
+    double *row = t->v + t->rows * want;
+    for (size_t i = 0; i < want && ok; i++) {
+      char *end = NULL;
+      errno = 0;
+      row[i] = strtod(fields[i], &end);
+      if (!*fields[i] || *end || !isfinite(row[i])) {
+        fprintf(stderr, "rltrain: %s:%ld: column %zu (%s): '%s' is not a finite number\n", path, lineno, i + 1,
+                t->names[i], fields[i]);
+        ok = 0;
+      }
+    }
+    if (!ok) break;
+    size_t flags = want - 2;
+    for (size_t i = flags; i < want && ok; i++)
+      if (row[i] != 0 && row[i] != 1) {
+        fprintf(stderr, "rltrain: %s:%ld: column %zu (%s) must be 0 or 1, found '%s'\n", path, lineno, i + 1,
+                t->names[i], fields[i]);
+        ok = 0;
+      }
+    if (ok && (row[1] < 0 || row[1] != floor(row[1]))) {
+      fprintf(stderr, "rltrain: %s:%ld: t must be a step count (0, 1, ...), found '%s'\n", path, lineno, fields[1]);
+      ok = 0;
+    }
+    if (ok && e->action.kind == LM_SPACE_DISCRETE) {
+      double a = row[2 + S];
+      if (a < 0 || a >= e->action.n || a != floor(a)) {
+        fprintf(stderr, "rltrain: %s:%ld: action '%s' is not one of %s's %d actions (0..%d)\n", path, lineno,
+                fields[2 + S], e->name, e->action.n, e->action.n - 1);
+        ok = 0;
+      }
+    }
+    if (ok) t->line[t->rows++] = lineno;
+  }
+  if (ok && ferror(f)) {
+    fprintf(stderr, "rltrain: error reading '%s': %s\n", path, strerror(errno));
+    ok = 0;
+  }
+  if (ok && !have_header) {
+    fprintf(stderr, "rltrain: %s: empty file (expected a header line and transitions)\n", path);
+    ok = 0;
+  }
+  if (ok && !t->rows) {
+    fprintf(stderr, "rltrain: %s: no transitions after the header\n", path);
+    ok = 0;
+  }
+  free(fields);
+  free(line);
+  fclose(f);
+  if (!ok) table_free(t);
+  return ok;
+}
+
+/* ---------------------------------------------------------------- check */
+
+typedef struct colerr {
+  double abs, rel;  /* max |got - want|, max |got - want| / max(|want|, 1e-3) */
+  size_t bad;       /* rows over tolerance */
+  size_t worst_row; /* row of the worst excess over tolerance */
+  double worst;     /* largest |got - want| - tolerance */
+} colerr;
+
+static void colerr_add(colerr *c, double got, double want, double rtol, double atol, size_t row) {
+  double d = fabs(got - want);
+  if (isnan(got)) d = INFINITY;
+  double rel = d / fmax(fabs(want), 1e-3);
+  if (d > c->abs) c->abs = d;
+  if (rel > c->rel) c->rel = rel;
+  double over = d - (atol + rtol * fabs(want));
+  if (over > 0) {
+    if (!c->bad || over > c->worst) c->worst = over, c->worst_row = row;
+    c->bad++;
+  }
+}
+
+/* Runs the env graph's step + observe for every row as one batch of N envs on b. */
+static int graph_step(const lm_env_spec *e, lm_backend_t *b, const table *t, float *next, float *obs, float *reward,
+                      float *term) {
+  int S = e->state_size, A = lm_env_action_size(e);
+  size_t N = t->rows;
+  float *sv = malloc(N * (size_t)S * sizeof *sv), *av = malloc(N * (size_t)A * sizeof *av);
+  int ok = sv && av;
+  for (size_t r = 0; ok && r < N; r++) {
+    const double *row = t->v + r * t->cols;
+    for (int k = 0; k < S; k++) sv[r * (size_t)S + (size_t)k] = (float)row[2 + k];
+    for (int k = 0; k < A; k++) av[r * (size_t)A + (size_t)k] = (float)row[2 + S + k];
+  }
+  if (!ok) fprintf(stderr, "rltrain: out of memory\n");
+  else if (lm_env_step_batch(e, b, N, sv, av, next, obs, reward, term) != LM_OK) {
+    fprintf(stderr, "rltrain: running %s's graph on %s failed: %s\n", e->name, lm_backend_name(b), lm_last_error());
+    ok = 0;
+  }
+  free(sv);
+  free(av);
+  return ok;
+}
+
+static int cmd_check(const lm_env_spec *e, const char *path, const char *device) {
+  char why[512] = "";
+  lm_backend_t *b = lm_backend_open(device, why, sizeof why);
+  if (!b) {
+    fprintf(stderr, "rltrain: cannot open device '%s': %s\n", device, lm_last_error());
+    return 2;
+  }
+  table t;
+  if (!read_table(path, e, &t)) {
+    lm_backend_free(b);
+    return 2;
+  }
+  int S = e->state_size, A = lm_env_action_size(e), O = e->obs_size;
+  size_t N = t.rows;
+  size_t c_next = (size_t)(2 + S + A), c_obs = c_next + (size_t)S, c_rew = c_obs + (size_t)O;
+  printf("rltrain check: %s (%s), %zu transitions from %s\n", e->name, e->gym_id ? e->gym_id : "no gym id", N, path);
+  printf("graph on %s\n", why[0] ? why : lm_backend_name(b));
+  float *next = malloc(N * (size_t)S * sizeof *next), *obs = malloc(N * (size_t)O * sizeof *obs);
+  float *rew = malloc(N * sizeof *rew), *term = malloc(N * sizeof *term);
+  int ran = next && obs && rew && term;
+  if (!ran) fprintf(stderr, "rltrain: out of memory\n");
+  else ran = graph_step(e, b, &t, next, obs, rew, term);
+  lm_backend_free(b);
+  if (!ran) {
+    free(next), free(obs), free(rew), free(term), table_free(&t);
+    return 2;
+  }
+  size_t ncheck = (size_t)(S + O + 1);
+  colerr *gr = calloc(ncheck, sizeof *gr), *rf = calloc(ncheck, sizeof *rf);
+  size_t term_graph = 0, term_ref = 0, trunc_bad = 0, first_term_graph = 0, first_term_ref = 0, first_trunc = 0;
+  for (size_t r = 0; gr && rf && r < N; r++) {
+    const double *row = t.v + r * t.cols;
+    float s[LM_ENV_MAX_STATE], a[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
+    for (int k = 0; k < S; k++) s[k] = (float)row[2 + k];
+    for (int k = 0; k < A; k++) a[k] = (float)row[2 + S + k];
+    int ref_term = 0;
+    float ref_rew = e->ref_step(s, a, &ref_term);
+    e->ref_observe(s, o);
+    for (int k = 0; k < S; k++) {
+      double want = row[c_next + (size_t)k];
+      colerr_add(&gr[k], next[r * (size_t)S + (size_t)k], want, e->check_rtol, e->check_atol, r);
+      colerr_add(&rf[k], s[k], want, e->check_rtol, e->check_atol, r);
+    }
+    for (int k = 0; k < O; k++) {
+      double want = row[c_obs + (size_t)k];
+      colerr_add(&gr[S + k], obs[r * (size_t)O + (size_t)k], want, e->check_rtol, e->check_atol, r);
+      colerr_add(&rf[S + k], o[k], want, e->check_rtol, e->check_atol, r);
+    }
+    double want_r = row[c_rew];
+    colerr_add(&gr[S + O], rew[r], want_r, e->reward_rtol, e->reward_atol, r);
+    colerr_add(&rf[S + O], ref_rew, want_r, e->reward_rtol, e->reward_atol, r);
+    int file_term = row[c_rew + 1] != 0, file_trunc = row[c_rew + 2] != 0;
+    if ((term[r] != 0) != file_term && !term_graph++) first_term_graph = r;
+    if ((ref_term != 0) != file_term && !term_ref++) first_term_ref = r;
+    int want_trunc = row[1] + 1 >= e->time_limit && !file_term;
+    if (want_trunc != file_trunc && !trunc_bad++) first_trunc = r;
+  }
+  if (!gr || !rf) {
+    fprintf(stderr, "rltrain: out of memory\n");
+    free(gr), free(rf), free(next), free(obs), free(rew), free(term), table_free(&t);
+    return 2;
+  }
+  printf("tolerance: state and obs |got - want| <= %g + %g |want|; reward ", (double)e->check_atol,
+         (double)e->check_rtol);
+  if (e->reward_atol == 0 && e->reward_rtol == 0) printf("exact\n");
+  else printf("|got - want| <= %g + %g |want|\n", (double)e->reward_atol, (double)e->reward_rtol);
+  printf("%-14s %12s %12s %12s %12s  %s\n", "column", "graph abs", "graph rel", "ref abs", "ref rel", "result");
+  int fail = 0;
+  for (size_t i = 0; i < ncheck; i++) {
+    size_t col = i < (size_t)S ? c_next + i : i < (size_t)(S + O) ? c_obs + (i - (size_t)S) : c_rew;
+    char res[256] = "ok";
+    if (gr[i].bad || rf[i].bad) {
+      fail = 1;
+      const colerr *w = gr[i].bad ? &gr[i] : &rf[i];
+      snprintf(res, sizeof res, "FAIL: graph %zu, ref %zu rows over; worst on line %ld (%s)", gr[i].bad, rf[i].bad,
+               t.line[w->worst_row], gr[i].bad ? "graph" : "ref");
+    }
+    printf("%-14s %12.3e %12.3e %12.3e %12.3e  %s\n", t.names[col], gr[i].abs, gr[i].rel, rf[i].abs, rf[i].rel, res);
+  }
+  printf("%-14s graph differs on %zu rows, ref on %zu rows", t.names[c_rew + 1], term_graph, term_ref);
+  if (term_graph) printf(" (first: graph on line %ld)", t.line[first_term_graph]);
+  if (term_ref) printf(" (first: ref on line %ld)", t.line[first_term_ref]);
+  printf("  %s\n", term_graph || term_ref ? "FAIL" : "ok");
+  printf("%-14s ", t.names[c_rew + 2]);
+  if (trunc_bad)
+    printf("%zu rows disagree with the time limit %d (first on line %ld)  FAIL\n", trunc_bad, e->time_limit,
+           t.line[first_trunc]);
+  else printf("follows the time limit %d on every row  ok\n", e->time_limit);
+  fail |= term_graph || term_ref || trunc_bad;
+  printf("%s\n", fail ? "FAIL: errors over tolerance (see docs/ENVS.md for the tolerances)" : "PASS");
+  free(gr), free(rf), free(next), free(obs), free(rew), free(term);
+  table_free(&t);
+  return fail ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- record */
+
+static int cmd_record(const lm_env_spec *e, const char *path, long episodes, unsigned long long seed) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "rltrain: cannot write '%s': %s\n", path, strerror(errno));
+    return 2;
+  }
+  int S = e->state_size, A = lm_env_action_size(e), O = e->obs_size;
+  fprintf(f, "episode,t");
+  for (int k = 0; k < S; k++) fprintf(f, ",s%d", k);
+  for (int k = 0; k < A; k++) fprintf(f, ",a%d", k);
+  for (int k = 0; k < S; k++) fprintf(f, ",next_s%d", k);
+  for (int k = 0; k < O; k++) fprintf(f, ",obs%d", k);
+  fprintf(f, ",reward,terminated,truncated\n");
+  size_t rows = 0;
+  for (long ep = 0; ep < episodes; ep++) {
+    float s[LM_ENV_MAX_STATE], a[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
+    e->ref_reset(s, seed, (uint64_t)ep, 0);
+    for (int t = 0; t < e->time_limit; t++) {
+      lm_env_ref_random_action(e, seed, (uint64_t)ep, (uint64_t)t, a);
+      fprintf(f, "%ld,%d", ep, t);
+      for (int k = 0; k < S; k++) fprintf(f, ",%.17g", (double)s[k]);
+      for (int k = 0; k < A; k++) fprintf(f, ",%.17g", (double)a[k]);
+      int term = 0;
+      float r = e->ref_step(s, a, &term);
+      e->ref_observe(s, o);
+      int trunc = !term && t + 1 >= e->time_limit;
+      for (int k = 0; k < S; k++) fprintf(f, ",%.17g", (double)s[k]);
+      for (int k = 0; k < O; k++) fprintf(f, ",%.17g", (double)o[k]);
+      fprintf(f, ",%.17g,%d,%d\n", (double)r, term, trunc);
+      rows++;
+      if (term || trunc) break;
+    }
+  }
+  if (ferror(f) | (fclose(f) != 0)) {
+    fprintf(stderr, "rltrain: error writing '%s': %s\n", path, strerror(errno));
+    return 2;
+  }
+  printf("rltrain record: %zu transitions of %ld %s episodes (seed %llu) written to %s\n", rows, episodes, e->name,
+         seed, path);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static const lm_env_spec *find_env(const char *name) {
+  const lm_env_spec *e = lm_env_find(name);
+  if (!e) fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
+  return e;
+}
+
+static int parse_count(const char *opt, const char *text, long long lo, long long *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (!*text || *end || errno || v < lo) {
+    fprintf(stderr, "rltrain: %s needs an integer >= %lld, got '%s'\n", opt, lo, text);
+    return 0;
+  }
+  *out = v;
+  return 1;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        print_usage(stderr);
-        return 2;
-    }
-    const char *cmd = argv[1];
-
-    if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
-        if (!no_extra_args(argc, argv)) return 2;
-        print_usage(stdout);
-        return 0;
-    }
-    if (!strcmp(cmd, "--version")) {
-        if (!no_extra_args(argc, argv)) return 2;
-        printf("lumen %s\n", lm_version());
-        return 0;
-    }
-    if (!strcmp(cmd, "list")) {
-        if (!no_extra_args(argc, argv)) return 2;
-        puts("no environments are registered in this build yet");
-        return 0;
-    }
-    if (cmd[0] == '-') {
-        fprintf(stderr, "rltrain: unknown option '%s' (see 'rltrain help')\n", cmd);
-        return 2;
-    }
-    fprintf(stderr,
-            "rltrain: unknown environment '%s': no environments are registered in this build yet "
-            "(see 'rltrain list')\n",
-            cmd);
+  if (argc < 2) {
+    print_usage(stderr);
     return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("lumen %s\n", lm_version());
+    return 0;
+  }
+  if (!strcmp(cmd, "list")) {
+    if (argc > 2) {
+      fprintf(stderr, "rltrain: 'list' takes no arguments, got '%s' (see 'rltrain help')\n", argv[2]);
+      return 2;
+    }
+    return cmd_list();
+  }
+  if (!strcmp(cmd, "check") || !strcmp(cmd, "record")) {
+    int check = !strcmp(cmd, "check");
+    const char *pos[2] = {NULL, NULL};
+    const char *device = "auto";
+    long long episodes = 10, seed = 0;
+    int npos = 0;
+    for (int i = 2; i < argc; i++) {
+      const char *a = argv[i];
+      const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+      if (check && !strcmp(a, "--device")) {
+        if (!val) return fprintf(stderr, "rltrain: --device needs a value (ref, cpu or auto)\n"), 2;
+        device = val, i++;
+      } else if (!check && !strcmp(a, "--episodes")) {
+        if (!val) return fprintf(stderr, "rltrain: --episodes needs a value\n"), 2;
+        if (!parse_count("--episodes", val, 1, &episodes)) return 2;
+        i++;
+      } else if (!check && !strcmp(a, "--seed")) {
+        if (!val) return fprintf(stderr, "rltrain: --seed needs a value\n"), 2;
+        if (!parse_count("--seed", val, 0, &seed)) return 2;
+        i++;
+      } else if (a[0] == '-' && a[1]) {
+        fprintf(stderr, "rltrain: unknown option '%s' for '%s' (see 'rltrain help')\n", a, cmd);
+        return 2;
+      } else if (npos < 2) {
+        pos[npos++] = a;
+      } else {
+        fprintf(stderr, "rltrain: '%s' takes ENV and FILE.csv, got also '%s' (see 'rltrain help')\n", cmd, a);
+        return 2;
+      }
+    }
+    if (npos < 2) {
+      fprintf(stderr, "rltrain: usage: rltrain %s ENV FILE.csv %s\n", cmd,
+              check ? "[--device ref|cpu|auto]" : "[--episodes K] [--seed S]");
+      return 2;
+    }
+    const lm_env_spec *e = find_env(pos[0]);
+    if (!e) return 2;
+    return check ? cmd_check(e, pos[1], device) : cmd_record(e, pos[1], (long)episodes, (unsigned long long)seed);
+  }
+  if (cmd[0] == '-') {
+    fprintf(stderr, "rltrain: unknown option '%s' (see 'rltrain help')\n", cmd);
+    return 2;
+  }
+  const lm_env_spec *e = find_env(cmd);
+  if (!e) return 2;
+  fprintf(stderr,
+          "rltrain: training is not available in this build yet: '%s' is registered (see 'rltrain list'), and "
+          "'rltrain check' and 'rltrain record' work, but the trainer has not landed\n",
+          e->name);
+  return 2;
 }

@@ -171,9 +171,10 @@ fail:
   return st;
 }
 
-/* Chunks of a one-loop kernel are whole blocks of BLOCK iterations: the compiler vectorises
- * that loop, and libmvec's SIMD math differs from scalar libm in the last bits, so chunk
- * borders must fall where every thread count puts the same elements in vector lanes. */
+/* Chunks are whole blocks of BLOCK iterations of the outer loop: the C compiler may
+ * vectorise that loop (even over an inner one), and libmvec's SIMD math differs from scalar
+ * libm in the last bits, so chunk borders must fall where every thread count puts the same
+ * elements in vector lanes. The price: an outer extent below 2*BLOCK runs on one thread. */
 enum { BLOCK = 64 };
 
 typedef struct launch {
@@ -218,7 +219,7 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
   uint64_t rng[2] = {args->seed, args->run};
   for (size_t i = 0; i < plan->nkernels; i++) {
     int64_t n = x->layout.extent[i], per = n > 0 ? x->layout.work[i] / n : 1;
-    int64_t unit = plan->kernels[i].npar == 1 ? BLOCK : 1;
+    int64_t unit = BLOCK;
     launch l = {x->fns[i], x->bufs, args->syms, rng, unit, n};
     per *= unit;
     int64_t min_chunk = per >= 4096 ? 1 : 4096 / (per > 0 ? per : 1);

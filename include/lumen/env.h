@@ -6,6 +6,7 @@
 #define LUMEN_ENV_H
 
 #include "lumen/graph.h"
+#include "lumen/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,6 +15,7 @@ extern "C" {
 #define LM_ENV_MAX_STATE 16
 #define LM_ENV_MAX_OBS 16
 #define LM_ENV_MAX_ACT 8
+#define LM_ENV_MAX_DRAW 64 /* draw commands one env's draw() may write */
 
 typedef enum lm_space_kind { LM_SPACE_DISCRETE, LM_SPACE_BOX } lm_space_kind;
 
@@ -25,8 +27,10 @@ typedef struct lm_space {
 } lm_space;
 
 /* RAND streams an env uses: its resets draw from stream `LM_ENV_STREAM_RESET`; its step, if
- * it is stochastic, from `LM_ENV_STREAM_STEP`. Element index = env * width + k. */
-enum { LM_ENV_STREAM_RESET = 1000, LM_ENV_STREAM_STEP = 1001 };
+ * it is stochastic, from `LM_ENV_STREAM_STEP`. Element index = env * width + k.
+ * `LM_ENV_STREAM_ACTION` feeds the uniform random policy (lm_env_random_action), which
+ * `rltrain record`, the env tests and the benchmarks use. */
+enum { LM_ENV_STREAM_RESET = 1000, LM_ENV_STREAM_STEP = 1001, LM_ENV_STREAM_ACTION = 1002 };
 
 /* A draw command in world coordinates (the viewer scales the env's world box to the window). */
 typedef enum lm_draw_kind { LM_DRAW_LINE, LM_DRAW_RECT, LM_DRAW_CIRCLE } lm_draw_kind;
@@ -54,6 +58,11 @@ typedef struct lm_env_spec {
   float obs_low[LM_ENV_MAX_OBS], obs_high[LM_ENV_MAX_OBS];
   float world[4];         /* viewer's world box: xmin, ymin, xmax, ymax */
   float fps;              /* natural frame rate for the viewer */
+  /* What `rltrain check` allows between the float32 graph and recorded transitions (state and
+   * obs columns: |got - want| <= atol + rtol * |want|; reward: |got - want| <= reward_atol +
+   * reward_rtol * |want|, so 0 and 0 demand the exact value). See docs/ENVS.md. */
+  float check_rtol, check_atol;
+  float reward_rtol, reward_atol;
 
   /* ---- graphs (batched over axis 0, N envs; actions: [N] action indices as floats for
    * discrete spaces, [N, n] for boxes; build nothing but graph nodes) ---- */
@@ -72,6 +81,28 @@ typedef struct lm_env_spec {
   /* ---- drawing: writes up to cap commands for one env's state; returns how many ---- */
   int (*draw)(const float *state, lm_draw_cmd *cmds, int cap);
 } lm_env_spec;
+
+/* ---- helpers for writing env graphs and reference steppers (compositions of lumen/ops.h) ---- */
+/* Column k of x [N, S] as [N]. */
+lm_tensor lm_env_col(lm_tensor x, int k);
+/* n tensors [N] side by side as [N, n]. */
+lm_tensor lm_env_stack(const lm_tensor *cols, int n);
+/* c ? a : b for c in {0, 1} (c*a + (1-c)*b: exact for finite a and b). */
+lm_tensor lm_env_select(lm_tensor c, lm_tensor a, lm_tensor b);
+/* [N, size] with column k uniform in (low[k], high[k]] from stream LM_ENV_STREAM_RESET, element
+ * env * size + k: low + (high - low) * u in float32, which lm_env_ref_reset_uniform reproduces
+ * bit for bit (so graph and reference stepper start from the same state). */
+lm_tensor lm_env_reset_uniform(lm_graph_t *g, lm_dim n_envs, int size, const float *low, const float *high);
+void lm_env_ref_reset_uniform(float *state, int size, const float *low, const float *high, uint64_t seed,
+                              uint64_t env, uint64_t run);
+/* The uniform random policy from stream LM_ENV_STREAM_ACTION: discrete: min(floor(u * n), n - 1)
+ * with u at element env ([N]); box: low + (high - low) * u at element env * n + k ([N, n]).
+ * lm_env_ref_random_action writes the same action for one env, bit for bit. */
+lm_tensor lm_env_random_action(const lm_env_spec *env, lm_graph_t *g, lm_dim n_envs);
+void lm_env_ref_random_action(const lm_env_spec *env, uint64_t seed, uint64_t envi, uint64_t run,
+                              float *action);
+/* Floats per action: 1 for discrete spaces (the index), n for boxes. */
+int lm_env_action_size(const lm_env_spec *env);
 
 /* The registry: every env compiled into this build. */
 int lm_env_count(void);
@@ -92,6 +123,13 @@ typedef struct lm_vec_step {
 } lm_vec_step;
 lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n_envs,
                           lm_tensor action, lm_vec_step *out);
+
+/* Steps n envs once, each from its own given state: the env's step and observe graphs compiled
+ * on backend b and run once over the batch (no time limit, no reset). state [n, state_size] and
+ * action [n, lm_env_action_size] in; next [n, state_size], obs [n, obs_size], reward [n] and
+ * terminated [n] out. This is how `rltrain check` replays a transitions file. */
+lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, const float *state,
+                            const float *action, float *next, float *obs, float *reward, float *terminated);
 
 #ifdef __cplusplus
 }

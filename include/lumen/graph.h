@@ -76,6 +76,8 @@ int lm_dim_equal(const lm_graph_t *g, lm_dim a, lm_dim b);
 
 /* ---- leaves ---- */
 lm_tensor lm_input(lm_graph_t *g, const char *name, lm_role role, int rank, const lm_dim *shape);
+/* The input named `name`, or an invalid tensor if the graph has none. */
+lm_tensor lm_graph_input(lm_graph_t *g, const char *name);
 lm_tensor lm_const(lm_graph_t *g, float value);
 /* Uniforms in (0,1]; each call gets the next stream id of the graph unless given one. */
 lm_tensor lm_rand(lm_graph_t *g, int rank, const lm_dim *shape);

@@ -37,6 +37,11 @@ void lm_program_set_seed(lm_program_t *p, uint64_t seed);
 void lm_program_set_run(lm_program_t *p, uint64_t run);
 uint64_t lm_program_run_index(const lm_program_t *p);
 
+/* The program's inputs, in declaration order (names, roles). */
+int lm_program_input_count(const lm_program_t *p);
+const char *lm_program_input_name(const lm_program_t *p, int i);
+lm_role lm_program_input_role(const lm_program_t *p, int i);
+
 /* Element count of a named input or output under the current bindings. */
 lm_status lm_program_numel(lm_program_t *p, const char *name, size_t *count);
 /* Copies host floats into a named input (data, parameter or state); count must equal

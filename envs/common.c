@@ -1,0 +1,97 @@
+/* envs/common.c — helpers every env shares: columns and stacks of batched state, 0/1 selects,
+ * uniform reset draws and the uniform random policy, each as a graph and as the scalar code
+ * that reproduces the graph bit for bit (same float32 operations in the same order). */
+#include <math.h>
+
+#include "core.h"
+#include "lumen/env.h"
+#include "lumen/ops.h"
+#include "lumen/rand.h"
+
+static const lm_tensor invalid = {0};
+
+lm_tensor lm_env_col(lm_tensor x, int k) {
+  if (!lm_tensor_ok(x)) return invalid;
+  lm_dim n = lm_dim_of(x, 0);
+  return lm_reshape(lm_slice(x, 1, k, k + 1), 1, &n);
+}
+
+/* Sum over k of col_k [N, 1] times the unit row e_k [1, n]. The zero padding sits on the unit rows
+ * (views of one constant), not on the columns: a padded column would carry its validity into
+ * every load it makes, which ties its whole computation to the inner axis (no hoisting, no
+ * sharing between columns). Exact: col * 1 + 0s. */
+lm_tensor lm_env_stack(const lm_tensor *cols, int n) {
+  lm_tensor acc = invalid;
+  for (int k = 0; k < n; k++) {
+    if (!lm_tensor_ok(cols[k])) return invalid;
+    lm_tensor unit = lm_pad(lm_full(cols[k].g, 1.0f, 1, (lm_dim[]){1}), 0, k, n - 1 - k);
+    lm_tensor c = lm_mul(lm_unsqueeze(cols[k], 1), unit);
+    acc = k ? lm_add(acc, c) : c;
+  }
+  return acc;
+}
+
+lm_tensor lm_env_select(lm_tensor c, lm_tensor a, lm_tensor b) {
+  if (!lm_tensor_ok(c)) return invalid;
+  lm_tensor notc = lm_add(lm_neg(c), lm_const(c.g, 1.0f));
+  return lm_add(lm_mul(c, a), lm_mul(notc, b));
+}
+
+lm_tensor lm_env_reset_uniform(lm_graph_t *g, lm_dim n_envs, int size, const float *low, const float *high) {
+  if (!g || size < 1 || size > LM_ENV_MAX_STATE) return invalid;
+  lm_tensor u = lm_rand_stream(g, LM_ENV_STREAM_RESET, 2, (lm_dim[]){n_envs, size});
+  lm_tensor cols[LM_ENV_MAX_STATE];
+  for (int k = 0; k < size; k++) {
+    float scale = high[k] - low[k];
+    cols[k] = lm_add(lm_mul(lm_env_col(u, k), lm_const(g, scale)), lm_const(g, low[k]));
+  }
+  return lm_env_stack(cols, size);
+}
+
+void lm_env_ref_reset_uniform(float *state, int size, const float *low, const float *high, uint64_t seed,
+                              uint64_t env, uint64_t run) {
+  for (int k = 0; k < size; k++) {
+    float u = lm_rand_uniform(seed, LM_ENV_STREAM_RESET, env * (uint64_t)size + (uint64_t)k, run);
+    float scale = high[k] - low[k];
+    float v = u * scale; /* two statements: no contraction into an FMA */
+    state[k] = v + low[k];
+  }
+}
+
+int lm_env_action_size(const lm_env_spec *env) {
+  return env->action.kind == LM_SPACE_DISCRETE ? 1 : env->action.n;
+}
+
+lm_tensor lm_env_random_action(const lm_env_spec *env, lm_graph_t *g, lm_dim n_envs) {
+  if (!env || !g) return invalid;
+  if (env->action.kind == LM_SPACE_DISCRETE) {
+    float n = (float)env->action.n;
+    lm_tensor u = lm_rand_stream(g, LM_ENV_STREAM_ACTION, 1, &n_envs);
+    return lm_minimum(lm_floor(lm_mul(u, lm_const(g, n))), lm_const(g, n - 1.0f));
+  }
+  int a = env->action.n;
+  lm_tensor u = lm_rand_stream(g, LM_ENV_STREAM_ACTION, 2, (lm_dim[]){n_envs, a});
+  lm_tensor cols[LM_ENV_MAX_ACT];
+  for (int k = 0; k < a; k++) {
+    float scale = env->action.high[k] - env->action.low[k];
+    cols[k] = lm_add(lm_mul(lm_env_col(u, k), lm_const(g, scale)), lm_const(g, env->action.low[k]));
+  }
+  return lm_env_stack(cols, a);
+}
+
+void lm_env_ref_random_action(const lm_env_spec *env, uint64_t seed, uint64_t envi, uint64_t run, float *action) {
+  if (env->action.kind == LM_SPACE_DISCRETE) {
+    float n = (float)env->action.n;
+    float v = lm_rand_uniform(seed, LM_ENV_STREAM_ACTION, envi, run) * n;
+    float f = floorf(v);
+    action[0] = f < n - 1.0f ? f : n - 1.0f;
+    return;
+  }
+  int a = env->action.n;
+  for (int k = 0; k < a; k++) {
+    float u = lm_rand_uniform(seed, LM_ENV_STREAM_ACTION, envi * (uint64_t)a + (uint64_t)k, run);
+    float scale = env->action.high[k] - env->action.low[k];
+    float v = u * scale;
+    action[k] = v + env->action.low[k];
+  }
+}

@@ -1,0 +1,85 @@
+/* envs/vec.c — the batched env step every rollout uses: the env's own step, the time limit
+ * (truncation), and same-step auto-reset, as graph values. Where an episode ends (terminated or
+ * truncated) the state takes a fresh reset draw and the step counter returns to 0 in the same
+ * step; final_obs keeps what the step reached so truncated episodes can bootstrap from it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+#include "lumen/env.h"
+#include "lumen/ops.h"
+
+lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n_envs,
+                          lm_tensor action, lm_vec_step *out) {
+  if (!env || !g || !out) return lm_fail(LM_ERR_INVALID, "lm_env_vec_step: %s is NULL", !env ? "env" : !g ? "graph" : "out");
+  memset(out, 0, sizeof *out);
+  if (!prefix) prefix = "";
+  if (env->time_limit < 1 || env->state_size < 1 || env->state_size > LM_ENV_MAX_STATE)
+    return lm_fail(LM_ERR_INVALID, "lm_env_vec_step: env '%s' has time limit %d and state size %d", env->name,
+                   env->time_limit, env->state_size);
+  char name[256];
+  snprintf(name, sizeof name, "%sstate", prefix);
+  lm_tensor state = lm_input(g, name, LM_ROLE_STATE, 2, (lm_dim[]){n_envs, env->state_size});
+  snprintf(name, sizeof name, "%st", prefix);
+  lm_tensor t = lm_input(g, name, LM_ROLE_STATE, 1, &n_envs);
+
+  lm_env_step_out st;
+  memset(&st, 0, sizeof st);
+  env->step(g, state, action, &st);
+  lm_tensor next = st.state;
+  lm_tensor term = st.terminated;
+  lm_tensor t1 = lm_add(t, lm_const(g, 1.0f));
+  lm_tensor notterm = lm_add(lm_neg(term), lm_const(g, 1.0f));
+  lm_tensor trunc = lm_mul(lm_ge(t1, lm_const(g, (float)env->time_limit)), notterm);
+  lm_tensor done = lm_add(term, trunc); /* 0 or 1: trunc excludes term */
+  lm_tensor fresh = env->reset(g, n_envs);
+  lm_tensor after = lm_env_select(lm_unsqueeze(done, 1), fresh, next);
+
+  out->state = state;
+  out->t = t;
+  out->final_obs = env->observe(g, next);
+  out->obs = env->observe(g, after);
+  out->reward = st.reward;
+  out->terminated = term;
+  out->truncated = trunc;
+  lm_status s = lm_assign(state, after);
+  if (s == LM_OK) s = lm_assign(t, lm_mul(t1, lm_add(lm_neg(done), lm_const(g, 1.0f))));
+  if (s == LM_OK && !lm_tensor_ok(out->obs)) s = lm_graph_validate(g);
+  if (s == LM_OK && !lm_tensor_ok(out->obs))
+    s = lm_fail(LM_ERR_INVALID, "lm_env_vec_step: env '%s' built an invalid graph", env->name);
+  return s;
+}
+
+lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, const float *state,
+                            const float *action, float *next, float *obs, float *reward, float *terminated) {
+  if (!env || !b || !state || !action || !next || !obs || !reward || !terminated)
+    return lm_fail(LM_ERR_INVALID, "lm_env_step_batch: a NULL argument");
+  if (!n) return LM_OK;
+  size_t S = (size_t)env->state_size, A = (size_t)lm_env_action_size(env), O = (size_t)env->obs_size;
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return LM_ERR_NOMEM;
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor st = lm_input(g, "state", LM_ROLE_DATA, 2, (lm_dim[]){N, (lm_dim)S});
+  lm_tensor act = env->action.kind == LM_SPACE_DISCRETE ? lm_input(g, "action", LM_ROLE_DATA, 1, &N)
+                                                        : lm_input(g, "action", LM_ROLE_DATA, 2, (lm_dim[]){N, (lm_dim)A});
+  lm_env_step_out so;
+  memset(&so, 0, sizeof so);
+  env->step(g, st, act, &so);
+  lm_status s = lm_output(so.state, "next");
+  if (s == LM_OK) s = lm_output(env->observe(g, so.state), "obs");
+  if (s == LM_OK) s = lm_output(so.reward, "reward");
+  if (s == LM_OK) s = lm_output(so.terminated, "terminated");
+  lm_program_t *p = s == LM_OK ? lm_program_new(b, g) : NULL;
+  lm_graph_free(g);
+  if (!p) return s != LM_OK ? s : LM_ERR_INVALID;
+  s = lm_program_bind(p, "N", (int64_t)n);
+  if (s == LM_OK) s = lm_program_write(p, "state", state, n * S);
+  if (s == LM_OK) s = lm_program_write(p, "action", action, n * A);
+  if (s == LM_OK) s = lm_program_run(p);
+  if (s == LM_OK) s = lm_program_read(p, "next", next, n * S);
+  if (s == LM_OK) s = lm_program_read(p, "obs", obs, n * O);
+  if (s == LM_OK) s = lm_program_read(p, "reward", reward, n);
+  if (s == LM_OK) s = lm_program_read(p, "terminated", terminated, n);
+  lm_program_free(p);
+  return s;
+}

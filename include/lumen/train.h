@@ -1,0 +1,69 @@
+/* lumen/train.h — PPO on the device: rollouts (lumen/rollout.h), GAE(λ) as a reverse scan,
+ * the clipped-surrogate loss with a clipped value loss and an entropy bonus, autograd, Adam
+ * with a linearly annealed learning rate and global grad-norm clipping, epochs × minibatches
+ * shuffled on the device by an affine index map — and checkpoints that resume a run
+ * exactly. The host launches programs and reads a few statistics per iteration. */
+#ifndef LUMEN_TRAIN_H
+#define LUMEN_TRAIN_H
+
+#include "lumen/rollout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lm_ppo_config {
+  int64_t n_envs, horizon;  /* N and T: each iteration collects N*T steps */
+  int64_t total_steps;      /* stop after this many env steps */
+  uint64_t seed;
+  float lr;                 /* Adam learning rate (annealed linearly to 0 when anneal_lr) */
+  int anneal_lr;
+  float gamma, gae_lambda;
+  int epochs, minibatches;
+  float clip_coef;
+  int clip_vloss;
+  float ent_coef, vf_coef, max_grad_norm;
+  int norm_adv;
+  lm_policy_config policy;
+  lm_stepper stepper;
+} lm_ppo_config;
+
+/* Defaults tuned for the env (CartPole solves out of the box). */
+lm_ppo_config lm_ppo_defaults(const lm_env_spec *env);
+/* One line per field, "key = value", for logs and checkpoints. */
+void lm_ppo_config_print(const lm_ppo_config *cfg, char *buf, size_t cap);
+
+typedef struct lm_iter_stats {
+  int64_t iteration, env_steps;
+  double episodes, mean_return, mean_length; /* episodes finished during this iteration */
+  float lr, loss, pg_loss, v_loss, entropy, approx_kl, clipfrac, grad_norm;
+  double rollout_s, update_s;                 /* wall time of the two phases */
+} lm_iter_stats;
+
+typedef struct lm_trainer lm_trainer;
+
+lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg);
+void lm_trainer_free(lm_trainer *t);
+/* Collects one rollout and runs epochs × minibatches of updates. */
+lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *stats);
+int64_t lm_trainer_env_steps(const lm_trainer *t);
+int64_t lm_trainer_iterations(const lm_trainer *t);
+int64_t lm_trainer_total_iterations(const lm_trainer *t);
+const lm_ppo_config *lm_trainer_config(const lm_trainer *t);
+lm_rollout *lm_trainer_rollout(lm_trainer *t);
+/* Kernels launched per iteration (rollout + GAE + updates), from the programs' stats. */
+int lm_trainer_kernels_per_iteration(lm_trainer *t);
+
+/* Checkpoints: weights, optimiser state, env and statistics state, RNG counters, config
+ * and step counts; written atomically (temp file + rename) with a format version and a
+ * checksum. Loading refuses a corrupt file or one made for another env or shape, with a
+ * message saying which. */
+lm_status lm_trainer_save(lm_trainer *t, const char *path);
+lm_status lm_trainer_load(lm_trainer *t, const char *path);
+/* Reads only the config of a checkpoint (to rebuild a trainer before loading it). */
+lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_ppo_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

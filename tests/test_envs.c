@@ -1,0 +1,820 @@
+/* Tests for the environments (envs/, examples/pointmass.c, include/lumen/env.h) and the
+ * `rltrain list|check|record` commands:
+ * - every row of every Gymnasium golden file (../shared/golden/{cartpole,pendulum,...}.csv, skipped with a message when
+ *   absent) through the graph env on ref and on cpu and through the scalar reference stepper,
+ *   one transition each: state and obs columns within the env's documented tolerance
+ *   (|got - want| <= check_atol + check_rtol |want|: float32 against Gymnasium's float64),
+ *   rewards within reward_atol + reward_rtol |want| (0 and 0 — bit-exact — for CartPole,
+ *   MountainCar and Acrobot, whose rewards are integers; Pendulum and MountainCarContinuous compute
+ *   theirs in float32 from the float32-rounded state), terminated equal on every row, truncated
+ *   equal to (t + 1 == time limit and not terminated) on every row;
+ * - reset graphs draw bit for bit what ref_reset draws, inside Gymnasium's reset ranges;
+ * - lm_env_vec_step: terminated and truncated kept apart, same-step auto-reset from RAND (a fresh
+ *   draw every run), final_obs = the state the step reached, t counting and restarting;
+ * - batched random-policy runs with auto-reset (256 envs x 300 steps here, or 50 past the time
+ *   limit; 4096 x 1000 in
+ *   test_envs_slow.c, which includes this file with LUMEN_ENVS_SLOW) on ref and cpu against the
+ *   reference stepper driven by the same uniforms: finished episodes, mean length, mean return
+ *   and reward per step within STATS_RTOL (float32 graph vs double reference: the runs share resets and actions, so
+ *   they only part where float32 rounding flips a termination);
+ * - the whole CartPole step with random actions, time limit and auto-reset is one kernel on cpu;
+ * - action clipping, observation bounds, draw lists, the registry, and the CLI via the built
+ *   binary (malformed files fail with their line number). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lumen/env.h"
+#include "lumen/lumen.h"
+#include "support/check.h"
+
+#define GOLDEN_DIR LUMEN_SOURCE_DIR "/../shared/golden"
+#define RLTRAIN LUMEN_BINARY_DIR "/rltrain"
+#define STATS_RTOL 0.01  /* episode statistics: graph vs reference stepper */
+#define INIT_RUN (1ull << 40) /* run index of the initial reset draws: never a step's run */
+
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    lm_status st_ = (call);                                                                        \
+    cr_assert_eq(st_, LM_OK, "%s -> %s: %s", #call, lm_status_name(st_), lm_last_error());         \
+  } while (0)
+
+static const lm_env_spec *env_named(const char *name) {
+  const lm_env_spec *e = lm_env_find(name);
+  cr_assert(e, "lm_env_find(%s): %s", name, lm_last_error());
+  return e;
+}
+
+static lm_backend_t *open_backend(const char *name) {
+  lm_backend_t *b = lm_backend_new(name);
+  cr_assert(b, "backend %s: %s", name, lm_last_error());
+  return b;
+}
+
+static float *floats(size_t n) {
+  float *v = malloc((n ? n : 1) * sizeof *v);
+  cr_assert(v);
+  check_poison(v, n);
+  return v;
+}
+
+/* ================================================================ episode statistics */
+
+typedef struct epstats {
+  long episodes;
+  double mean_len, mean_ret;
+  double reward_per_step; /* over every env and step, finished episodes or not */
+} epstats;
+
+typedef struct acc {
+  double ret, len, sum_ret, sum_len, all;
+  long episodes;
+} acc;
+
+static void acc_step(acc *a, double r, int done) {
+  a->all += r;
+  a->ret += r;
+  a->len += 1;
+  if (!done) return;
+  a->episodes++;
+  a->sum_ret += a->ret;
+  a->sum_len += a->len;
+  a->ret = a->len = 0;
+}
+
+static epstats acc_stats(const acc *a, int64_t n, int64_t T) {
+  epstats s = {0, 0, 0, 0};
+  double sr = 0, sl = 0, all = 0;
+  for (int64_t i = 0; i < n; i++) s.episodes += a[i].episodes, sr += a[i].sum_ret, sl += a[i].sum_len, all += a[i].all;
+  if (s.episodes) s.mean_len = sl / (double)s.episodes, s.mean_ret = sr / (double)s.episodes;
+  s.reward_per_step = all / (double)(n * T);
+  return s;
+}
+
+/* The graph: random actions + lm_env_vec_step, as a scan of T steps on `backend`. Env i starts
+ * from ref_reset(seed, i, INIT_RUN); step t draws with run counter t. */
+static epstats stats_graph(const lm_env_spec *e, const char *backend, int64_t n, int64_t T, uint64_t seed) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_vec_step vs;
+  OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));
+  OK(lm_output(vs.reward, "reward"));
+  OK(lm_output(vs.terminated, "terminated"));
+  OK(lm_output(vs.truncated, "truncated"));
+  lm_backend_t *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+  cr_assert(p, "scan of %s on %s: %s", e->name, backend, lm_last_error());
+  lm_graph_free(g);
+  OK(lm_program_bind(p, "N", n));
+  OK(lm_program_bind(p, "T", T));
+  lm_program_set_seed(p, seed);
+  size_t S = (size_t)e->state_size, cells = (size_t)(n * T);
+  float *state = floats((size_t)n * S);
+  for (int64_t i = 0; i < n; i++) e->ref_reset(state + (size_t)i * S, seed, (uint64_t)i, INIT_RUN);
+  OK(lm_program_write(p, "state", state, (size_t)n * S));
+  OK(lm_program_run(p));
+  float *r = floats(cells), *te = floats(cells), *tr = floats(cells);
+  OK(lm_program_read(p, "reward", r, cells));
+  OK(lm_program_read(p, "terminated", te, cells));
+  OK(lm_program_read(p, "truncated", tr, cells));
+  acc *a = calloc((size_t)n, sizeof *a);
+  cr_assert(a);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < n; i++) {
+      size_t c = (size_t)(t * n + i);
+      cr_assert(isfinite(r[c]) && (te[c] == 0 || te[c] == 1) && (tr[c] == 0 || tr[c] == 1) && !(te[c] && tr[c]),
+                "%s on %s: step %lld env %lld: reward %g terminated %g truncated %g", e->name, backend, (long long)t,
+                (long long)i, (double)r[c], (double)te[c], (double)tr[c]);
+      acc_step(&a[i], r[c], te[c] != 0 || tr[c] != 0);
+    }
+  epstats s = acc_stats(a, n, T);
+  free(a), free(r), free(te), free(tr), free(state);
+  lm_program_free(p);
+  lm_backend_free(b);
+  return s;
+}
+
+/* The same run with the reference stepper; also checks every observation against the env's
+ * declared bounds. */
+static epstats stats_ref(const lm_env_spec *e, int64_t n, int64_t T, uint64_t seed) {
+  acc *a = calloc((size_t)n, sizeof *a);
+  cr_assert(a);
+  for (int64_t i = 0; i < n; i++) {
+    float s[LM_ENV_MAX_STATE], act[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
+    e->ref_reset(s, seed, (uint64_t)i, INIT_RUN);
+    int steps = 0;
+    for (int64_t t = 0; t < T; t++) {
+      lm_env_ref_random_action(e, seed, (uint64_t)i, (uint64_t)t, act);
+      int term = 0;
+      float r = e->ref_step(s, act, &term);
+      e->ref_observe(s, o);
+      for (int k = 0; k < e->obs_size; k++)
+        cr_assert(o[k] >= e->obs_low[k] && o[k] <= e->obs_high[k], "%s: obs[%d] = %g outside [%g, %g]", e->name, k,
+                  (double)o[k], (double)e->obs_low[k], (double)e->obs_high[k]);
+      steps++;
+      int done = term || steps >= e->time_limit;
+      acc_step(&a[i], r, done);
+      if (done) e->ref_reset(s, seed, (uint64_t)i, (uint64_t)t), steps = 0;
+    }
+  }
+  epstats s = acc_stats(a, n, T);
+  free(a);
+  return s;
+}
+
+static void expect_stats_close(const char *what, epstats got, epstats want) {
+  cr_assert(want.episodes > 0, "%s: no episode finished", what);
+  double de = fabs((double)(got.episodes - want.episodes)) / (double)want.episodes;
+  double dl = fabs(got.mean_len - want.mean_len) / want.mean_len;
+  double dr = fabs(got.mean_ret - want.mean_ret) / fmax(fabs(want.mean_ret), 1.0);
+  double dp = fabs(got.reward_per_step - want.reward_per_step) / fmax(fabs(want.reward_per_step), 0.01);
+  cr_assert(de <= STATS_RTOL && dl <= STATS_RTOL && dr <= STATS_RTOL && dp <= STATS_RTOL,
+            "%s: graph %ld episodes, mean length %.4f, mean return %.4f, reward per step %.5f; reference %ld, %.4f, "
+            "%.4f, %.5f (rtol %g)",
+            what, got.episodes, got.mean_len, got.mean_ret, got.reward_per_step, want.episodes, want.mean_len,
+            want.mean_ret, want.reward_per_step, STATS_RTOL);
+}
+
+static void stats_check(const char *env, int64_t n, int64_t T) {
+  const lm_env_spec *e = env_named(env);
+  uint64_t seed = 0x5eed0000u + (uint64_t)strlen(env);
+  epstats want = stats_ref(e, n, T, seed);
+  static const char *const backends[] = {"ref", "cpu"};
+  for (int i = 0; i < 2; i++) {
+    epstats got = stats_graph(e, backends[i], n, T, seed);
+    char what[128];
+    snprintf(what, sizeof what, "%s on %s, %lld envs x %lld steps", env, backends[i], (long long)n, (long long)T);
+    expect_stats_close(what, got, want);
+    cr_log_info("%s: graph %ld episodes, mean length %.3f, return %.4f, reward/step %.5f; reference %ld, %.3f, %.4f, "
+                "%.5f",
+                what, got.episodes, got.mean_len, got.mean_ret, got.reward_per_step, want.episodes, want.mean_len,
+                want.mean_ret, want.reward_per_step);
+  }
+}
+
+#ifdef LUMEN_ENVS_SLOW
+
+#define SLOW_STATS(suite, env)                                                                     \
+  Test(suite, random_policy_4096_envs_x_1000_steps_graph_on_ref_and_cpu_matches_reference_stats, \
+       .timeout = 600) {                                                                           \
+    stats_check(env, 4096, 1000);                                                                  \
+  }
+SLOW_STATS(stats_cartpole, "cartpole")
+SLOW_STATS(stats_pendulum, "pendulum")
+SLOW_STATS(stats_mountaincar, "mountaincar")
+SLOW_STATS(stats_mountaincar_continuous, "mountaincar-continuous")
+SLOW_STATS(stats_acrobot, "acrobot")
+SLOW_STATS(stats_pointmass, "pointmass")
+
+#else /* the always-on tests */
+
+/* 256 envs for 300 steps, or 50 past the time limit where that is longer, so every env finishes
+ * an episode. */
+#define FAST_STATS(suite, env, T)                                                                  \
+  Test(suite, random_policy_256_envs_with_auto_reset_graph_on_ref_and_cpu_matches_reference_stats) { \
+    stats_check(env, 256, T);                                                                      \
+  }
+FAST_STATS(stats_cartpole, "cartpole", 300)
+FAST_STATS(stats_pendulum, "pendulum", 300)
+FAST_STATS(stats_mountaincar, "mountaincar", 300)
+FAST_STATS(stats_mountaincar_continuous, "mountaincar-continuous", 1049)
+FAST_STATS(stats_acrobot, "acrobot", 550)
+FAST_STATS(stats_pointmass, "pointmass", 300)
+
+/* ================================================================ golden transitions */
+
+typedef struct golden {
+  size_t rows, cols;
+  double *v;
+} golden;
+
+/* Loads GOLDEN_DIR/file; skips the test (with a visible message) when it is absent. */
+static int golden_load(const char *file, const lm_env_spec *e, golden *gd) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", GOLDEN_DIR, file);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "test_envs: SKIPPED: golden file %s not found\n", path);
+    cr_skip_test("golden file %s not found", path);
+    return 0;
+  }
+  size_t S = (size_t)e->state_size, A = (size_t)lm_env_action_size(e), O = (size_t)e->obs_size;
+  gd->cols = 2 + 2 * S + A + O + 3;
+  gd->rows = 0;
+  size_t cap = 4096;
+  gd->v = malloc(cap * gd->cols * sizeof *gd->v);
+  cr_assert(gd->v);
+  char line[8192];
+  cr_assert(fgets(line, sizeof line, f) && !strncmp(line, "episode,t,", 10), "%s: no header", path);
+  while (fgets(line, sizeof line, f)) {
+    if (gd->rows == cap) {
+      cap *= 2;
+      gd->v = realloc(gd->v, cap * gd->cols * sizeof *gd->v);
+      cr_assert(gd->v);
+    }
+    double *row = gd->v + gd->rows * gd->cols;
+    char *p = line;
+    for (size_t c = 0; c < gd->cols; c++) {
+      char *end;
+      row[c] = strtod(p, &end);
+      cr_assert(end != p, "%s: row %zu column %zu unreadable", path, gd->rows + 2, c);
+      p = *end == ',' ? end + 1 : end;
+    }
+    gd->rows++;
+  }
+  fclose(f);
+  cr_assert(gd->rows > 100, "%s: only %zu rows", path, gd->rows);
+  return 1;
+}
+
+/* target: "ref" or "cpu" (the graph on that backend) or "reference" (the scalar stepper). */
+static void golden_check(const char *env, const char *file, const char *target) {
+  const lm_env_spec *e = env_named(env);
+  golden gd;
+  if (!golden_load(file, e, &gd)) return;
+  size_t N = gd.rows, S = (size_t)e->state_size, A = (size_t)lm_env_action_size(e), O = (size_t)e->obs_size;
+  float *state = floats(N * S), *action = floats(N * A), *next = floats(N * S), *obs = floats(N * O);
+  float *rew = floats(N), *term = floats(N);
+  for (size_t r = 0; r < N; r++) {
+    const double *row = gd.v + r * gd.cols;
+    for (size_t k = 0; k < S; k++) state[r * S + k] = (float)row[2 + k];
+    for (size_t k = 0; k < A; k++) action[r * A + k] = (float)row[2 + S + k];
+  }
+  if (strcmp(target, "reference")) {
+    lm_backend_t *b = open_backend(target);
+    OK(lm_env_step_batch(e, b, N, state, action, next, obs, rew, term));
+    lm_backend_free(b);
+  } else {
+    for (size_t r = 0; r < N; r++) {
+      memcpy(next + r * S, state + r * S, S * sizeof *next);
+      int t = -1;
+      rew[r] = e->ref_step(next + r * S, action + r * A, &t);
+      term[r] = (float)t;
+      e->ref_observe(next + r * S, obs + r * O);
+    }
+  }
+  double worst[LM_ENV_MAX_STATE + LM_ENV_MAX_OBS + 1] = {0};
+  for (size_t r = 0; r < N; r++) {
+    const double *row = gd.v + r * gd.cols;
+    const double *want_next = row + 2 + S + A, *want_obs = want_next + S;
+    double want_rew = want_obs[O], want_term = want_obs[O + 1], want_trunc = want_obs[O + 2];
+    for (size_t k = 0; k < S + O; k++) {
+      double got = k < S ? next[r * S + k] : obs[r * O + k - S], want = k < S ? want_next[k] : want_obs[k - S];
+      double err = fabs(got - want);
+      cr_assert(err <= e->check_atol + e->check_rtol * fabs(want),
+                "%s %s, line %zu: %s%zu = %.9g, Gymnasium %.17g (error %.3g > %g + %g |want|)", env, target, r + 2,
+                k < S ? "next_s" : "obs", k < S ? k : k - S, got, want, err, (double)e->check_atol,
+                (double)e->check_rtol);
+      if (err > worst[k]) worst[k] = err;
+    }
+    double rerr = fabs(rew[r] - want_rew);
+    cr_assert(rerr <= e->reward_atol + e->reward_rtol * fabs(want_rew),
+              "%s %s, line %zu: reward %.9g, Gymnasium %.17g (error %.3g)", env, target, r + 2, (double)rew[r], want_rew,
+              rerr);
+    if (rerr > worst[S + O]) worst[S + O] = rerr;
+    cr_assert_eq(term[r], (float)want_term, "%s %s, line %zu: terminated %g, Gymnasium %g", env, target, r + 2,
+                 (double)term[r], want_term);
+    double want_trunc_rule = row[1] + 1 >= e->time_limit && !want_term;
+    cr_assert_eq(want_trunc, want_trunc_rule, "%s, line %zu: truncated %g but t = %g and the limit is %d", file, r + 2,
+                 want_trunc, row[1], e->time_limit);
+  }
+  double ws = 0, wo = 0;
+  for (size_t k = 0; k < S; k++) ws = fmax(ws, worst[k]);
+  for (size_t k = S; k < S + O; k++) wo = fmax(wo, worst[k]);
+  cr_log_info("%s %s: %zu rows, max abs error next state %.3g, obs %.3g, reward %.3g", env, target, N, ws, wo,
+              worst[S + O]);
+  free(state), free(action), free(next), free(obs), free(rew), free(term), free(gd.v);
+}
+
+#define GOLDEN_TESTS(suite, env, file)                                                             \
+  Test(suite, graph_on_ref_matches_every_gymnasium_transition) { golden_check(env, file, "ref"); } \
+  Test(suite, graph_on_cpu_matches_every_gymnasium_transition) { golden_check(env, file, "cpu"); } \
+  Test(suite, reference_stepper_matches_every_gymnasium_transition) { golden_check(env, file, "reference"); }
+GOLDEN_TESTS(golden_cartpole, "CartPole-v1", "cartpole.csv")
+GOLDEN_TESTS(golden_pendulum, "Pendulum-v1", "pendulum.csv")
+GOLDEN_TESTS(golden_mountaincar, "MountainCar-v0", "mountaincar.csv")
+GOLDEN_TESTS(golden_mountaincar_continuous, "MountainCarContinuous-v0", "mountaincar_continuous.csv")
+GOLDEN_TESTS(golden_acrobot, "Acrobot-v1", "acrobot.csv")
+
+/* ================================================================ registry and specs */
+
+Test(registry, finds_the_five_gymnasium_envs_and_the_example_by_name_and_gym_id_in_any_case) {
+  static const struct {
+    const char *name, *gym;
+    int obs, discrete, n, limit;
+  } want[] = {
+      {"cartpole", "CartPole-v1", 4, 1, 2, 500},
+      {"pendulum", "Pendulum-v1", 3, 0, 1, 200},
+      {"mountaincar", "MountainCar-v0", 2, 1, 3, 200},
+      {"mountaincar-continuous", "MountainCarContinuous-v0", 2, 0, 1, 999},
+      {"acrobot", "Acrobot-v1", 6, 1, 3, 500},
+      {"pointmass", NULL, 6, 0, 2, 200},
+  };
+  cr_assert_eq(lm_env_count(), 6);
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const lm_env_spec *e = env_named(want[i].name);
+    cr_assert_eq(e, lm_env_at((int)i));
+    if (want[i].gym) {
+      cr_assert_eq(lm_env_find(want[i].gym), e, "%s", want[i].gym);
+      char upper[64];
+      snprintf(upper, sizeof upper, "%s", want[i].gym);
+      for (char *c = upper; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+      cr_assert_eq(lm_env_find(upper), e, "%s", upper);
+    }
+    cr_assert_eq(e->obs_size, want[i].obs, "%s", e->name);
+    cr_assert_eq(e->action.kind == LM_SPACE_DISCRETE, want[i].discrete, "%s", e->name);
+    cr_assert_eq(e->action.n, want[i].n, "%s", e->name);
+    cr_assert_eq(e->time_limit, want[i].limit, "%s", e->name);
+    cr_assert(e->state_size <= LM_ENV_MAX_STATE && e->obs_size <= LM_ENV_MAX_OBS, "%s", e->name);
+    cr_assert(e->reset && e->step && e->observe && e->ref_reset && e->ref_step && e->ref_observe && e->draw);
+  }
+}
+
+Test(registry, unknown_name_returns_null_with_a_message_listing_the_envs) {
+  cr_assert_null(lm_env_find("cartpoles"));
+  cr_assert(strstr(lm_last_error(), "cartpoles") && strstr(lm_last_error(), "acrobot"), "message: %s", lm_last_error());
+  cr_assert_null(lm_env_find(""));
+  cr_assert_null(lm_env_find(NULL));
+}
+
+/* ================================================================ resets */
+
+/* The reset graph on ref and cpu draws ref_reset's values bit for bit, inside Gymnasium's ranges
+ * (written out here, independently of the env files). */
+Test(reset, graph_draws_what_ref_reset_draws_inside_gymnasium_ranges) {
+  static const struct {
+    const char *env;
+    float lo[6], hi[6];
+  } ranges[] = {
+      {"cartpole", {-0.05f, -0.05f, -0.05f, -0.05f}, {0.05f, 0.05f, 0.05f, 0.05f}},
+      {"pendulum", {-3.1415927f, -1.0f}, {3.1415927f, 1.0f}},
+      {"mountaincar", {-0.6f, 0.0f}, {-0.4f, 0.0f}},
+      {"mountaincar-continuous", {-0.6f, 0.0f}, {-0.4f, 0.0f}},
+      {"acrobot", {-0.1f, -0.1f, -0.1f, -0.1f}, {0.1f, 0.1f, 0.1f, 0.1f}},
+      {"pointmass", {-1, -1, 0, 0, -0.9f, -0.9f}, {1, 1, 0, 0, 0.9f, 0.9f}},
+  };
+  const int64_t n = 1000;
+  const uint64_t seed = 77, run = 5;
+  for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+    const lm_env_spec *e = env_named(ranges[i].env);
+    size_t S = (size_t)e->state_size;
+    lm_graph_t *g = lm_graph_new();
+    lm_dim N = lm_sym(g, "N");
+    OK(lm_output(e->reset(g, N), "s0"));
+    for (int bi = 0; bi < 2; bi++) {
+      lm_backend_t *b = open_backend(bi ? "cpu" : "ref");
+      lm_program_t *p = lm_program_new(b, g);
+      cr_assert(p, "%s: %s", e->name, lm_last_error());
+      OK(lm_program_bind(p, "N", n));
+      lm_program_set_seed(p, seed);
+      lm_program_set_run(p, run);
+      OK(lm_program_run(p));
+      float *got = floats((size_t)n * S);
+      OK(lm_program_read(p, "s0", got, (size_t)n * S));
+      double mean0 = 0;
+      for (int64_t env = 0; env < n; env++) {
+        float want[LM_ENV_MAX_STATE];
+        e->ref_reset(want, seed, (uint64_t)env, run);
+        for (size_t k = 0; k < S; k++) {
+          float v = got[(size_t)env * S + k];
+          cr_assert(v == want[k], "%s on %s: env %lld column %zu: graph %.9g, ref_reset %.9g", e->name,
+                    lm_backend_name(b), (long long)env, k, (double)v, (double)want[k]);
+          cr_assert(v >= ranges[i].lo[k] && v <= ranges[i].hi[k], "%s: reset column %zu = %g outside [%g, %g]",
+                    e->name, k, (double)v, (double)ranges[i].lo[k], (double)ranges[i].hi[k]);
+        }
+        mean0 += got[(size_t)env * S];
+      }
+      /* the draws spread over the range: the mean of 1000 uniforms is within 0.1 range widths of the middle */
+      double mid = 0.5 * (ranges[i].lo[0] + ranges[i].hi[0]), width = ranges[i].hi[0] - ranges[i].lo[0];
+      cr_assert(fabs(mean0 / (double)n - mid) < 0.1 * width, "%s: mean reset %g", e->name, mean0 / (double)n);
+      free(got);
+      lm_program_free(p);
+      lm_backend_free(b);
+    }
+    lm_graph_free(g);
+  }
+}
+
+/* ================================================================ vec step: time limit, auto-reset */
+
+/* CartPole, 6 envs stepped once on ref and cpu from states chosen to hit every case. */
+Test(vec_step, cartpole_keeps_terminated_and_truncated_apart_and_resets_in_the_same_step) {
+  const lm_env_spec *e = env_named("cartpole");
+  enum { N = 6 };
+  static const float s0[N][4] = {
+      {0.01f, 0.02f, 0.03f, 0.04f},   /* 0: plain step */
+      {0.0f, 0.0f, 0.2094f, 2.0f},    /* 1: pole falls past 12 degrees: terminated */
+      {0.01f, -0.02f, 0.01f, -0.03f}, /* 2: t = 499: truncated */
+      {0.0f, 0.0f, -0.2094f, -2.0f},  /* 3: t = 499 and falling: terminated, not truncated */
+      {2.39f, 1.0f, 0.0f, 0.0f},      /* 4: cart leaves the track: terminated */
+      {0.02f, 0.01f, -0.02f, 0.05f},  /* 5: t = 498: not yet truncated */
+  };
+  static const float t0[N] = {0, 3, 499, 499, 10, 498};
+  static const float want_term[N] = {0, 1, 0, 1, 1, 0}, want_trunc[N] = {0, 0, 1, 0, 0, 0};
+  const uint64_t seed = 1234;
+  for (int bi = 0; bi < 2; bi++) {
+    const char *bn = bi ? "cpu" : "ref";
+    lm_graph_t *g = lm_graph_new();
+    lm_dim Nd = lm_sym(g, "N");
+    lm_tensor act = lm_input(g, "action", LM_ROLE_DATA, 1, &Nd);
+    lm_vec_step vs;
+    OK(lm_env_vec_step(e, g, "cp.", Nd, act, &vs));
+    OK(lm_output(vs.obs, "obs"));
+    OK(lm_output(vs.final_obs, "final_obs"));
+    OK(lm_output(vs.reward, "reward"));
+    OK(lm_output(vs.terminated, "terminated"));
+    OK(lm_output(vs.truncated, "truncated"));
+    lm_backend_t *b = open_backend(bn);
+    lm_program_t *p = lm_program_new(b, g);
+    cr_assert(p, "%s", lm_last_error());
+    lm_graph_free(g);
+    OK(lm_program_bind(p, "N", N));
+    lm_program_set_seed(p, seed);
+    float action[N] = {1, 0, 1, 0, 1, 0};
+    OK(lm_program_write(p, "action", action, N));
+    for (uint64_t run = 0; run < 2; run++) { /* the second run must draw fresh resets */
+      OK(lm_program_write(p, "cp.state", &s0[0][0], N * 4));
+      OK(lm_program_write(p, "cp.t", t0, N));
+      OK(lm_program_run(p));
+      float obs[N * 4], fin[N * 4], rew[N], te[N], tr[N], st[N * 4], t1[N];
+      check_poison(obs, N * 4), check_poison(fin, N * 4), check_poison(st, N * 4), check_poison(t1, N);
+      OK(lm_program_read(p, "obs", obs, N * 4));
+      OK(lm_program_read(p, "final_obs", fin, N * 4));
+      OK(lm_program_read(p, "reward", rew, N));
+      OK(lm_program_read(p, "terminated", te, N));
+      OK(lm_program_read(p, "truncated", tr, N));
+      OK(lm_program_read(p, "cp.state", st, N * 4));
+      OK(lm_program_read(p, "cp.t", t1, N));
+      for (int i = 0; i < N; i++) {
+        cr_assert_eq(te[i], want_term[i], "%s env %d: terminated %g", bn, i, (double)te[i]);
+        cr_assert_eq(tr[i], want_trunc[i], "%s env %d: truncated %g", bn, i, (double)tr[i]);
+        cr_assert_eq(rew[i], 1.0f, "%s env %d: reward %g (CartPole pays 1 on the terminating step too)", bn, i,
+                     (double)rew[i]);
+        float ref[4], o[4];
+        memcpy(ref, s0[i], sizeof ref);
+        int rt = 0;
+        e->ref_step(ref, &action[i], &rt);
+        e->ref_observe(ref, o);
+        double want[4];
+        for (int k = 0; k < 4; k++) want[k] = o[k];
+        check_close("final_obs", fin + 4 * i, want, 4, 1e-5, 1e-6);
+        int done = want_term[i] || want_trunc[i];
+        float draw[4];
+        e->ref_reset(draw, seed, (uint64_t)i, run);
+        for (int k = 0; k < 4; k++) {
+          if (done)
+            cr_assert_eq(obs[4 * i + k], draw[k], "%s env %d run %llu: obs[%d] %.9g is not the reset draw %.9g", bn, i,
+                         (unsigned long long)run, k, (double)obs[4 * i + k], (double)draw[k]);
+          else
+            cr_assert_eq(obs[4 * i + k], fin[4 * i + k], "%s env %d: obs differs from final_obs without a reset", bn, i);
+          cr_assert_eq(st[4 * i + k], obs[4 * i + k], "%s env %d: state is not what obs shows", bn, i);
+        }
+        cr_assert_eq(t1[i], done ? 0.0f : t0[i] + 1, "%s env %d: t = %g", bn, i, (double)t1[i]);
+      }
+      if (run == 1) { /* a fresh draw: run 1 differs from run 0 */
+        float d0[4], d1[4];
+        e->ref_reset(d0, seed, 1, 0);
+        e->ref_reset(d1, seed, 1, 1);
+        cr_assert(memcmp(d0, d1, sizeof d0), "reset draws of run 0 and run 1 coincide");
+      }
+    }
+    lm_program_free(p);
+    lm_backend_free(b);
+  }
+}
+
+/* ================================================================ kernels */
+
+static lm_graph_t *cartpole_random_step(void) {
+  const lm_env_spec *e = env_named("cartpole");
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_vec_step vs;
+  OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));
+  OK(lm_output(vs.obs, "obs"));
+  OK(lm_output(vs.final_obs, "final_obs"));
+  OK(lm_output(vs.reward, "reward"));
+  OK(lm_output(vs.terminated, "terminated"));
+  OK(lm_output(vs.truncated, "truncated"));
+  return g;
+}
+
+Test(kernels, cartpole_step_with_random_actions_time_limit_and_auto_reset_is_one_kernel_on_cpu) {
+  lm_graph_t *g = cartpole_random_step();
+  lm_backend_t *b = open_backend("cpu");
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+  cr_assert(p, "%s", lm_last_error());
+  OK(lm_program_bind(p, "N", 1024));
+  OK(lm_program_bind(p, "T", 1));
+  lm_program_stats s;
+  OK(lm_program_get_stats(p, &s));
+  cr_assert_eq(s.kernels, 1, "the fused CartPole step is %d kernels", s.kernels);
+  OK(lm_program_bind(p, "T", 64)); /* and so is a whole rollout of it */
+  OK(lm_program_get_stats(p, &s));
+  cr_assert_eq(s.kernels, 1, "64 fused CartPole steps are %d kernels", s.kernels);
+  /* The plain (unscanned) program: the default schedule gives every output and every assigned
+   * value a kernel of its own (compiler/lower.c, lower_once); recorded for the report. */
+  lm_program_t *plain = lm_program_new(b, g);
+  cr_assert(plain, "%s", lm_last_error());
+  OK(lm_program_bind(plain, "N", 1024));
+  OK(lm_program_get_stats(plain, &s));
+  cr_log_info("plain CartPole vec step program: %d kernels", s.kernels);
+  lm_program_free(plain);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+/* ================================================================ action clipping */
+
+static void step_one(const lm_env_spec *e, const char *backend, const float *state, const float *action, float *next,
+                     float *reward) {
+  float obs[LM_ENV_MAX_OBS], term;
+  lm_backend_t *b = open_backend(backend);
+  OK(lm_env_step_batch(e, b, 1, state, action, next, obs, reward, &term));
+  lm_backend_free(b);
+}
+
+Test(actions, box_actions_are_clipped_to_their_bounds_in_graph_and_reference) {
+  static const struct {
+    const char *env;
+    float state[6], over[2], at[2];
+  } cases[] = {
+      {"pendulum", {0.5f, -0.3f}, {5.0f}, {2.0f}},
+      {"pendulum", {-2.0f, 1.5f}, {-7.5f}, {-2.0f}},
+      {"mountaincar-continuous", {-0.5f, 0.01f}, {3.0f}, {1.0f}},
+      {"mountaincar-continuous", {-0.5f, 0.01f}, {-4.0f}, {-1.0f}},
+      {"pointmass", {0.1f, 0.2f, 0.3f, -0.4f, 0.5f, 0.6f}, {9.0f, -9.0f}, {1.0f, -1.0f}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const lm_env_spec *e = env_named(cases[i].env);
+    size_t S = (size_t)e->state_size;
+    for (int bi = 0; bi < 2; bi++) {
+      float n_over[LM_ENV_MAX_STATE], n_at[LM_ENV_MAX_STATE], r_over, r_at;
+      step_one(e, bi ? "cpu" : "ref", cases[i].state, cases[i].over, n_over, &r_over);
+      step_one(e, bi ? "cpu" : "ref", cases[i].state, cases[i].at, n_at, &r_at);
+      cr_assert(!memcmp(n_over, n_at, S * sizeof *n_over), "%s: an action beyond the bounds moved differently", e->name);
+    }
+    float a[LM_ENV_MAX_STATE], b2[LM_ENV_MAX_STATE];
+    int t;
+    memcpy(a, cases[i].state, S * sizeof *a);
+    memcpy(b2, cases[i].state, S * sizeof *b2);
+    e->ref_step(a, cases[i].over, &t);
+    e->ref_step(b2, cases[i].at, &t);
+    cr_assert(!memcmp(a, b2, S * sizeof *a), "%s: the reference stepper does not clip", e->name);
+  }
+  /* MountainCarContinuous charges the unclipped action: -0.1 * 3^2 */
+  const lm_env_spec *e = env_named("mountaincar-continuous");
+  float next[2], r;
+  step_one(e, "cpu", (float[]){-0.5f, 0.01f}, (float[]){3.0f}, next, &r);
+  cr_assert(fabsf(r + 0.9f) < 1e-6f, "reward %g for action 3", (double)r);
+}
+
+/* ================================================================ draw lists */
+
+Test(draw, every_env_draws_a_nonempty_finite_list_that_changes_with_the_state) {
+  for (int i = 0; i < lm_env_count(); i++) {
+    const lm_env_spec *e = lm_env_at(i);
+    float s1[LM_ENV_MAX_STATE], s2[LM_ENV_MAX_STATE], act[LM_ENV_MAX_ACT];
+    e->ref_reset(s1, 9, 0, 0);
+    memcpy(s2, s1, sizeof s1);
+    for (int k = 0; k < 20; k++) { /* move away from the first state */
+      int t;
+      lm_env_ref_random_action(e, 9, 0, (uint64_t)k, act);
+      if (e->action.kind == LM_SPACE_BOX) act[0] = e->action.high[0];
+      e->ref_step(s2, act, &t);
+    }
+    lm_draw_cmd c1[LM_ENV_MAX_DRAW], c2[LM_ENV_MAX_DRAW];
+    int n1 = e->draw(s1, c1, LM_ENV_MAX_DRAW), n2 = e->draw(s2, c2, LM_ENV_MAX_DRAW);
+    cr_assert(n1 > 0 && n1 <= LM_ENV_MAX_DRAW && n2 > 0 && n2 <= LM_ENV_MAX_DRAW, "%s: %d and %d commands", e->name,
+              n1, n2);
+    for (int k = 0; k < n1; k++)
+      cr_assert(isfinite(c1[k].x0) && isfinite(c1[k].y0) && isfinite(c1[k].x1) && isfinite(c1[k].y1) &&
+                    c1[k].kind <= LM_DRAW_CIRCLE,
+                "%s: command %d", e->name, k);
+    cr_assert(n1 != n2 || memcmp(c1, c2, (size_t)n1 * sizeof *c1), "%s: two different states draw the same picture",
+              e->name);
+    cr_assert_leq(e->draw(s1, c1, 2), 2, "%s: draw wrote past its capacity", e->name);
+    cr_assert_eq(e->draw(s1, c1, 0), 0, "%s: draw with capacity 0", e->name);
+  }
+}
+
+/* ================================================================ the rltrain CLI */
+
+/* Runs the built rltrain with args (stderr folded into stdout); returns its exit status. */
+static int rltrain(const char *args, char *out, size_t cap) {
+  cr_assert(access(RLTRAIN, X_OK) == 0, "%s is not built", RLTRAIN);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", RLTRAIN, args);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f, "popen %s", cmd);
+  size_t n = fread(out, 1, cap - 1, f);
+  out[n] = 0;
+  while (fgetc(f) != EOF) {
+  }
+  int st = pclose(f);
+  cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+  return WEXITSTATUS(st);
+}
+
+/* A file name of this test process (malloc'd). */
+static char *temp_path(const char *tag) {
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/lumen_test_envs_%s_%ld.csv", tag, (long)getpid());
+  char *p = strdup(path);
+  cr_assert(p);
+  return p;
+}
+
+static char out[1 << 16];
+
+Test(cli, list_shows_every_env_with_obs_size_action_space_and_time_limit) {
+  cr_assert_eq(rltrain("list", out, sizeof out), 0, "%s", out);
+  for (int i = 0; i < lm_env_count(); i++) {
+    const lm_env_spec *e = lm_env_at(i);
+    const char *line = strstr(out, e->name);
+    cr_assert(line, "list misses %s:\n%s", e->name, out);
+    char lim[32];
+    snprintf(lim, sizeof lim, " %d\n", e->time_limit);
+    const char *eol = strchr(line, '\n');
+    cr_assert(eol && strstr(line, lim) && strstr(line, lim) < eol + 1, "%s: no time limit %d:\n%s", e->name,
+              e->time_limit, out);
+    if (e->gym_id) cr_assert(strstr(out, e->gym_id), "list misses %s", e->gym_id);
+  }
+  cr_assert(strstr(out, "discrete(2)") && strstr(out, "box(1) in [-2, 2]") && strstr(out, "box(2) in [-1, 1] x [-1, 1]"),
+            "%s", out);
+}
+
+Test(cli, check_passes_every_golden_file_on_ref_and_cpu) {
+  static const char *const files[][2] = {{"cartpole", "cartpole.csv"},
+                                         {"pendulum", "pendulum.csv"},
+                                         {"mountaincar", "mountaincar.csv"},
+                                         {"MountainCarContinuous-v0", "mountaincar_continuous.csv"},
+                                         {"acrobot", "acrobot.csv"}};
+  for (size_t i = 0; i < 5; i++) {
+    char path[1024], args[2048];
+    snprintf(path, sizeof path, "%s/%s", GOLDEN_DIR, files[i][1]);
+    if (access(path, R_OK)) {
+      fprintf(stderr, "test_envs: SKIPPED: golden file %s not found\n", path);
+      cr_skip_test("golden file %s not found", path);
+    }
+    for (int bi = 0; bi < 2; bi++) {
+      snprintf(args, sizeof args, "check %s '%s' --device %s", files[i][0], path, bi ? "cpu" : "ref");
+      cr_assert_eq(rltrain(args, out, sizeof out), 0, "rltrain %s:\n%s", args, out);
+      cr_assert(strstr(out, "PASS") && strstr(out, "next_s0") && strstr(out, "reward"), "rltrain %s:\n%s", args, out);
+    }
+  }
+}
+
+Test(cli, record_then_check_passes_for_the_example_env_and_a_tampered_file_fails_naming_its_line) {
+  char args[1024];
+  char *path = temp_path("record");
+  snprintf(args, sizeof args, "record pointmass %s --episodes 4 --seed 11", path);
+  cr_assert_eq(rltrain(args, out, sizeof out), 0, "%s", out);
+  snprintf(args, sizeof args, "check pointmass %s --device cpu", path);
+  cr_assert_eq(rltrain(args, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "PASS"), "%s", out);
+  /* same seed, same file */
+  char *again = temp_path("again");
+  snprintf(args, sizeof args, "record pointmass %s --episodes 4 --seed 11", again);
+  cr_assert_eq(rltrain(args, out, sizeof out), 0, "%s", out);
+  FILE *a = fopen(path, "r"), *b = fopen(again, "r");
+  cr_assert(a && b);
+  static char ta[1 << 20], tb[1 << 20];
+  size_t na = fread(ta, 1, sizeof ta - 1, a), nb = fread(tb, 1, sizeof tb - 1, b);
+  fclose(a), fclose(b);
+  ta[na] = tb[nb] = 0;
+  cr_assert(na == nb && !memcmp(ta, tb, na), "two recordings with seed 11 differ");
+  /* push next_s0 of the third transition (line 4) off by 0.01 */
+  char *line = ta;
+  for (int i = 0; i < 3; i++) line = strchr(line, '\n') + 1;
+  char *f = line;
+  for (int i = 0; i < 2 + 6 + 2; i++) f = strchr(f, ',') + 1; /* episode, t, 6 state, 2 action */
+  double v = strtod(f, NULL);
+  char num[64];
+  snprintf(num, sizeof num, "%.9g", v + 0.01);
+  char *comma = strchr(f, ',');
+  FILE *w = fopen(again, "w");
+  cr_assert(w);
+  fwrite(ta, 1, (size_t)(f - ta), w);
+  fputs(num, w);
+  fputs(comma, w);
+  fclose(w);
+  snprintf(args, sizeof args, "check pointmass %s --device ref", again);
+  cr_assert_eq(rltrain(args, out, sizeof out), 1, "%s", out);
+  cr_assert(strstr(out, "FAIL") && strstr(out, "line 4"), "%s", out);
+  unlink(path);
+  unlink(again);
+  free(path);
+  free(again);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+Test(cli, malformed_csv_fails_with_its_line_number) {
+  char *path = temp_path("bad"), args[1024];
+  write_file(path, "episode,t,s0,s1,s2,s3,a0,next_s0,next_s1,next_s2,next_s3,obs0,obs1,obs2,obs3,reward,terminated,truncated\n"
+                   "0,0,0.1,0.2,0.03,0.04,1,0.1,0.2,0.03,0.04,0.1,0.2,0.03,0.04,1,0,0\n"
+                   "0,1,0.1,0.2,zero,0.04,1,0.1,0.2,0.03,0.04,0.1,0.2,0.03,0.04,1,0,0\n");
+  snprintf(args, sizeof args, "check cartpole %s --device ref", path);
+  cr_assert_eq(rltrain(args, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, ":3:") && strstr(out, "zero"), "%s", out);
+  /* a row with a missing column */
+  write_file(path, "episode,t,s0,s1,s2,s3,a0,next_s0,next_s1,next_s2,next_s3,obs0,obs1,obs2,obs3,reward,terminated,truncated\n"
+                   "0,0,0.1,0.2,0.03,0.04,1,0.1,0.2,0.03,0.04,0.1,0.2,0.03,0.04,1,0\n");
+  cr_assert_eq(rltrain(args, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, ":2:") && strstr(out, "17 columns"), "%s", out);
+  /* an action the env does not have */
+  write_file(path, "episode,t,s0,s1,s2,s3,a0,next_s0,next_s1,next_s2,next_s3,obs0,obs1,obs2,obs3,reward,terminated,truncated\n"
+                   "0,0,0.1,0.2,0.03,0.04,2,0.1,0.2,0.03,0.04,0.1,0.2,0.03,0.04,1,0,0\n");
+  cr_assert_eq(rltrain(args, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, ":2:") && strstr(out, "action"), "%s", out);
+  /* no header */
+  write_file(path, "0,0,0.1,0.2,0.03,0.04,1,0.1,0.2,0.03,0.04,0.1,0.2,0.03,0.04,1,0,0\n");
+  cr_assert_eq(rltrain(args, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, ":1:") && strstr(out, "header"), "%s", out);
+  unlink(path);
+  free(path);
+}
+
+Test(cli, a_file_for_another_env_unknown_envs_and_unreadable_files_are_clear_errors) {
+  char args[2048];
+  char path[1024];
+  snprintf(path, sizeof path, "%s/cartpole.csv", GOLDEN_DIR);
+  if (!access(path, R_OK)) {
+    snprintf(args, sizeof args, "check pendulum '%s'", path);
+    cr_assert_eq(rltrain(args, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, ":1:") && strstr(out, "18 columns") && strstr(out, "pendulum needs 13"), "%s", out);
+  }
+  cr_assert_eq(rltrain("check cartpool x.csv", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "unknown environment 'cartpool'") && strstr(out, "cartpole"), "%s", out);
+  cr_assert_eq(rltrain("check cartpole /nonexistent/t.csv", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "cannot read '/nonexistent/t.csv'"), "%s", out);
+  cr_assert_eq(rltrain("check cartpole", out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rltrain("check cartpole x.csv --device tpu", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "tpu"), "%s", out);
+  cr_assert_eq(rltrain("record cartpole /tmp/x.csv --episodes 0", out, sizeof out), 2, "%s", out);
+}
+
+Test(cli, training_says_it_is_not_available_yet_and_help_and_version_work) {
+  cr_assert_eq(rltrain("cartpole", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "not available"), "%s", out);
+  cr_assert_eq(rltrain("nosuchenv", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "unknown environment"), "%s", out);
+  cr_assert_eq(rltrain("--help", out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "check ENV FILE.csv") && strstr(out, "record ENV FILE.csv") && strstr(out, "atol"), "%s", out);
+  cr_assert_eq(rltrain("--version", out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, lm_version()), "%s", out);
+}
+
+#endif /* LUMEN_ENVS_SLOW */

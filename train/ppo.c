@@ -1,0 +1,380 @@
+/* train/ppo.c — the PPO trainer: four programs linked to each other's buffers (rollout,
+ * bootstrap prep, GAE reverse scan, minibatch update with autograd and Adam), driven by a
+ * host loop that launches them and reads a few scalars per iteration. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "compiler/core.h"
+#include "lumen/autograd.h"
+#include "lumen/ops.h"
+#include "lumen/optim.h"
+#include "lumen/train.h"
+
+struct lm_trainer {
+  const lm_env_spec *env;
+  lm_ppo_config cfg;
+  lm_backend_t *b;
+  lm_rollout *ro;
+  lm_program_t *prep, *gae, *upd;
+  lm_policy upol;
+  int64_t iter, steps, total_iters, B, M;
+  uint64_t shuffle;
+};
+
+static const char *const upd_outputs[7] = {"loss", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm"};
+
+lm_ppo_config lm_ppo_defaults(const lm_env_spec *env) {
+  lm_ppo_config c = {
+      .n_envs = 16, .horizon = 128, .total_steps = 500000, .seed = 1, .lr = 2.5e-3f, .anneal_lr = 1,
+      .gamma = 0.99f, .gae_lambda = 0.95f, .epochs = 4, .minibatches = 4, .clip_coef = 0.2f, .clip_vloss = 1,
+      .ent_coef = 0.01f, .vf_coef = 0.5f, .max_grad_norm = 0.5f, .norm_adv = 1,
+      .policy = lm_policy_default(), .stepper = LM_STEPPER_DEVICE,
+  };
+  if (!env) return c;
+  if (!strcmp(env->name, "cartpole")) {
+    c.total_steps = 300000;
+  } else if (!strcmp(env->name, "acrobot")) {
+    c.total_steps = 500000;
+    c.ent_coef = 0.0f;
+  } else if (!strcmp(env->name, "mountaincar")) {
+    c.total_steps = 1000000;
+  } else if (env->action.kind == LM_SPACE_BOX) {
+    c.n_envs = 32;
+    c.horizon = 256;
+    c.total_steps = 1000000;
+    c.lr = 1e-3f;
+    c.gamma = 0.95f;
+    c.ent_coef = 0.0f;
+    c.epochs = 10;
+    c.minibatches = 32;
+  }
+  return c;
+}
+
+void lm_ppo_config_print(const lm_ppo_config *c, char *buf, size_t cap) {
+  char hidden[64] = "";
+  for (int l = 0; l < c->policy.layers; l++)
+    snprintf(hidden + strlen(hidden), sizeof hidden - strlen(hidden), "%s%d", l ? "," : "", c->policy.hidden[l]);
+  snprintf(buf, cap,
+           "envs = %lld\nsteps = %lld\ntotal_steps = %lld\nseed = %llu\nlr = %.9g\nanneal_lr = %d\ngamma = %.9g\n"
+           "gae_lambda = %.9g\nepochs = %d\nminibatches = %d\nclip_coef = %.9g\nclip_vloss = %d\nent_coef = %.9g\n"
+           "vf_coef = %.9g\nmax_grad_norm = %.9g\nnorm_adv = %d\nhidden = %s\nactivation = %s\nshared = %d\n"
+           "stepper = %s\n",
+           (long long)c->n_envs, (long long)c->horizon, (long long)c->total_steps, (unsigned long long)c->seed,
+           (double)c->lr, c->anneal_lr, (double)c->gamma, (double)c->gae_lambda, c->epochs, c->minibatches,
+           (double)c->clip_coef, c->clip_vloss, (double)c->ent_coef, (double)c->vf_coef, (double)c->max_grad_norm,
+           c->norm_adv, hidden, c->policy.activation == LM_ACT_RELU ? "relu" : "tanh", c->policy.shared,
+           c->stepper == LM_STEPPER_HOST ? "host" : "device");
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+static lm_dim traj_shape(lm_graph_t *g, int width, lm_dim *shape) {
+  shape[0] = lm_sym(g, "T");
+  shape[1] = lm_sym(g, "N");
+  shape[2] = width;
+  return width ? 3 : 2;
+}
+
+static lm_tensor traj_input(lm_graph_t *g, const char *name, int width) {
+  lm_dim shape[3];
+  int rank = (int)traj_shape(g, width, shape);
+  return lm_input(g, name, LM_ROLE_DATA, rank, shape);
+}
+
+static int act_width(const lm_env_spec *env) { return env->action.kind == LM_SPACE_BOX ? env->action.n : 0; }
+
+/* Bootstrap values: V(final obs) where truncated, V(obs after the rollout) for the last step. */
+static lm_program_t *build_prep(lm_trainer *t) {
+  const lm_env_spec *env = t->env;
+  const lm_ppo_config *c = &t->cfg;
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return NULL;
+  lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N);
+  lm_tensor value = traj_input(g, "value", 0), reward = traj_input(g, "reward", 0);
+  lm_tensor term = traj_input(g, "terminated", 0), trunc = traj_input(g, "truncated", 0);
+  lm_tensor fin = traj_input(g, "final_obs", env->obs_size);
+  lm_tensor state = lm_input(g, "env.state", LM_ROLE_DATA, 2, (lm_dim[]){N, env->state_size});
+  lm_policy pol;
+  lm_program_t *p = NULL;
+  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, &pol) != LM_OK) goto done;
+  lm_tensor fin_v = lm_reshape(lm_policy_value(&pol, lm_reshape(fin, 2, (lm_dim[]){B, env->obs_size})), 2, (lm_dim[]){T, N});
+  lm_tensor last_v = lm_policy_value(&pol, env->observe(g, state));
+  lm_tensor reward_b = lm_add(reward, lm_mul(lm_mul_scalar(trunc, c->gamma), fin_v));
+  lm_tensor done = lm_maximum(term, trunc);
+  lm_tensor next_v = lm_concat(lm_slice(value, 0, 1, T), lm_unsqueeze(last_v, 0), 0);
+  if (lm_output(reward_b, "reward_b") || lm_output(done, "done") || lm_output(next_v, "next_value")) goto done;
+  p = lm_program_new(t->b, g);
+done:
+  lm_graph_free(g);
+  return p;
+}
+
+/* GAE(λ) as a reverse scan: A_t = δ_t + γλ(1 − done_t) A_{t+1}. */
+static lm_program_t *build_gae(lm_trainer *t) {
+  const lm_ppo_config *c = &t->cfg;
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return NULL;
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor r = lm_input(g, "reward_b", LM_ROLE_DATA, 1, &N), d = lm_input(g, "done", LM_ROLE_DATA, 1, &N);
+  lm_tensor v = lm_input(g, "value", LM_ROLE_DATA, 1, &N), nv = lm_input(g, "next_value", LM_ROLE_DATA, 1, &N);
+  lm_tensor a = lm_input(g, "adv_next", LM_ROLE_STATE, 1, &N);
+  lm_tensor live = lm_sub(lm_scalar_like(d, 1.0f), d);
+  lm_tensor delta = lm_sub(lm_add(r, lm_mul(lm_mul_scalar(live, c->gamma), nv)), v);
+  lm_tensor adv = lm_add(delta, lm_mul(lm_mul_scalar(live, c->gamma * c->gae_lambda), a));
+  lm_program_t *p = NULL;
+  if (lm_assign(a, adv) == LM_OK && lm_output(adv, "adv") == LM_OK) {
+    const char *per_step[4] = {"reward_b", "done", "value", "next_value"};
+    p = lm_program_new_scan(t->b, g, "T", 1, per_step, 4);
+  }
+  lm_graph_free(g);
+  return p;
+}
+
+/* One minibatch: rows (a*(off + i) + b) mod B of the flattened trajectory, i < M. */
+static lm_tensor minibatch(lm_tensor x, lm_dim B, lm_dim M, lm_dim pa, lm_dim pb, lm_dim off) {
+  lm_graph_t *g = x.g;
+  int rank = lm_rank(x);
+  lm_dim shape[3] = {B, rank == 3 ? lm_dim_of(x, 2) : 0, 0};
+  lm_tensor flat = lm_reshape(x, rank - 1, shape);
+  lm_tensor shuffled = lm_affine_mod(flat, 0, pa, pb);
+  return lm_slice(shuffled, 0, off, lm_dim_add(g, off, M));
+}
+
+static lm_program_t *build_update(lm_trainer *t) {
+  const lm_env_spec *env = t->env;
+  const lm_ppo_config *c = &t->cfg;
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return NULL;
+  lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N), M = lm_sym(g, "M");
+  lm_dim pa = lm_sym(g, "perm_a"), pb = lm_sym_min(g, "perm_b", 0), off = lm_sym_min(g, "mb_off", 0);
+  lm_tensor obs = minibatch(traj_input(g, "obs", env->obs_size), B, M, pa, pb, off);
+  lm_tensor act = minibatch(traj_input(g, "action", act_width(env)), B, M, pa, pb, off);
+  lm_tensor old_logp = minibatch(traj_input(g, "logp", 0), B, M, pa, pb, off);
+  lm_tensor old_v = minibatch(traj_input(g, "value", 0), B, M, pa, pb, off);
+  lm_tensor adv = minibatch(traj_input(g, "adv", 0), B, M, pa, pb, off);
+  lm_tensor ret = lm_add(adv, old_v);
+  lm_program_t *p = NULL;
+  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, &t->upol) != LM_OK) goto done;
+  lm_policy_out po;
+  if (lm_policy_forward(&t->upol, obs, &po) != LM_OK) goto done;
+  lm_tensor logp = lm_policy_log_prob(&t->upol, &po, act);
+  lm_tensor ent = lm_mean(lm_policy_entropy(&t->upol, &po), 0, 0);
+  if (c->norm_adv) {
+    lm_tensor mu = lm_mean(adv, 0, 1), sd = lm_sqrt(lm_var(adv, 0, 1));
+    adv = lm_div(lm_sub(adv, mu), lm_add_scalar(sd, 1e-8f));
+  }
+  lm_tensor logratio = lm_sub(logp, old_logp), ratio = lm_exp(logratio);
+  lm_tensor pg1 = lm_mul(lm_neg(adv), ratio);
+  lm_tensor pg2 = lm_mul(lm_neg(adv), lm_clamp(ratio, 1.0f - c->clip_coef, 1.0f + c->clip_coef));
+  lm_tensor pg_loss = lm_mean(lm_maximum(pg1, pg2), 0, 0);
+  lm_tensor v = po.value, v_loss;
+  if (c->clip_vloss) {
+    lm_tensor vu = lm_square(lm_sub(v, ret));
+    lm_tensor vc = lm_add(old_v, lm_clamp(lm_sub(v, old_v), -c->clip_coef, c->clip_coef));
+    v_loss = lm_mul_scalar(lm_mean(lm_maximum(vu, lm_square(lm_sub(vc, ret))), 0, 0), 0.5f);
+  } else v_loss = lm_mul_scalar(lm_mean(lm_square(lm_sub(v, ret)), 0, 0), 0.5f);
+  lm_tensor loss = lm_add(lm_sub(pg_loss, lm_mul_scalar(ent, c->ent_coef)), lm_mul_scalar(v_loss, c->vf_coef));
+  lm_tensor kl = lm_mean(lm_sub(lm_add_scalar(ratio, -1.0f), logratio), 0, 0);
+  lm_tensor clipfrac = lm_mean(lm_gt(lm_abs(lm_add_scalar(ratio, -1.0f)), lm_scalar_like(ratio, c->clip_coef)), 0, 0);
+  lm_tensor grads[LM_POLICY_MAX_PARAMS], gnorm;
+  if (lm_grad(loss, t->upol.param, t->upol.nparams, grads) != LM_OK) goto done;
+  lm_adam_cfg adam = lm_optim_adam_defaults();
+  adam.lr_name = "lr";
+  adam.eps = 1e-5f; /* CleanRL's PPO */
+  adam.max_grad_norm = c->max_grad_norm;
+  if (lm_optim_adam(&adam, t->upol.param, grads, t->upol.nparams, &gnorm) != LM_OK) goto done;
+  lm_tensor outs[7] = {loss, pg_loss, v_loss, ent, kl, clipfrac, gnorm};
+  for (int i = 0; i < 7; i++)
+    if (lm_output(outs[i], upd_outputs[i]) != LM_OK) goto done;
+  p = lm_program_new(t->b, g);
+done:
+  lm_graph_free(g);
+  return p;
+}
+
+/* ---------------------------------------------------------------- the trainer */
+
+static lm_status bind_shape(lm_program_t *p, const lm_trainer *t) {
+  lm_status st = lm_program_bind(p, "N", t->cfg.n_envs);
+  return st == LM_OK ? lm_program_bind(p, "T", t->cfg.horizon) : st;
+}
+
+static lm_status link_all(lm_program_t *p, const char *const *names, int n, lm_program_t *owner) {
+  for (int i = 0; i < n; i++) {
+    lm_status st = lm_program_link(p, names[i], owner, names[i]);
+    if (st != LM_OK) return st;
+  }
+  return LM_OK;
+}
+
+static lm_status link_params(lm_program_t *p, const lm_policy *pol, lm_program_t *owner) {
+  for (int i = 0; i < pol->nparams; i++) {
+    lm_status st = lm_program_link(p, pol->name[i], owner, pol->name[i]);
+    if (st != LM_OK) return st;
+  }
+  return LM_OK;
+}
+
+static lm_status wire(lm_trainer *t) {
+  const lm_ppo_config *c = &t->cfg;
+  lm_program_t *ro = lm_rollout_program(t->ro);
+  lm_program_t *pol = c->stepper == LM_STEPPER_HOST ? lm_rollout_policy_program(t->ro) : ro;
+  lm_status st;
+  if ((st = bind_shape(t->upd, t)) || (st = lm_program_bind(t->upd, "M", t->M)) ||
+      (st = lm_program_bind(t->upd, "perm_a", 1)) || (st = lm_program_bind(t->upd, "perm_b", 0)) ||
+      (st = lm_program_bind(t->upd, "mb_off", 0)))
+    return st;
+  if ((st = bind_shape(t->prep, t)) || (st = bind_shape(t->gae, t))) return st;
+  if ((st = link_params(pol, &t->upol, t->upd)) || (st = link_params(t->prep, &t->upol, t->upd))) return st;
+  const char *traj[4] = {"obs", "action", "logp", "value"};
+  if ((st = link_all(t->upd, traj, 4, ro)) || (st = lm_program_link(t->upd, "adv", t->gae, "adv"))) return st;
+  const char *prep_in[6] = {"value", "reward", "terminated", "truncated", "final_obs", "env.state"};
+  if ((st = link_all(t->prep, prep_in, 6, ro))) return st;
+  const char *gae_in[3] = {"reward_b", "done", "next_value"};
+  if ((st = link_all(t->gae, gae_in, 3, t->prep)) || (st = lm_program_link(t->gae, "value", ro, "value"))) return st;
+  return LM_OK;
+}
+
+lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg) {
+  lm_trainer *t = lm_calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->env = env;
+  t->cfg = *cfg;
+  t->b = b;
+  lm_status st = LM_ERR_INVALID;
+  t->B = cfg->n_envs * cfg->horizon;
+  if (cfg->n_envs < 1 || cfg->horizon < 1 || cfg->minibatches < 1 || cfg->epochs < 1 || t->B % cfg->minibatches) {
+    lm_fail(LM_ERR_INVALID, "ppo: envs*steps (%lld) must split into %d equal minibatches, with envs, steps, epochs >= 1",
+            (long long)t->B, cfg->minibatches);
+    goto fail;
+  }
+  t->M = t->B / cfg->minibatches;
+  t->total_iters = cfg->total_steps / t->B;
+  if (t->total_iters < 1) t->total_iters = 1;
+  t->shuffle = cfg->seed * 0x9e3779b97f4a7c15ull + 1;
+  if (!(t->upd = build_update(t))) goto fail;
+  if (!(t->ro = lm_rollout_new(b, env, &cfg->policy, cfg->n_envs, cfg->horizon, cfg->stepper))) goto fail;
+  if (!(t->prep = build_prep(t)) || !(t->gae = build_gae(t))) goto fail;
+  if ((st = wire(t)) != LM_OK) goto fail;
+  if ((st = lm_policy_init(&t->upol, t->upd, cfg->seed)) != LM_OK) goto fail;
+  if ((st = lm_rollout_reset(t->ro, cfg->seed)) != LM_OK) goto fail;
+  return t;
+fail: {
+  char msg[4096];
+  snprintf(msg, sizeof msg, "%s", lm_last_error());
+  lm_trainer_free(t);
+  lm_fail(st == LM_OK ? LM_ERR_INVALID : st, "%s", msg);
+  return NULL;
+}
+}
+
+void lm_trainer_free(lm_trainer *t) {
+  if (!t) return;
+  /* linked programs first, owners last */
+  lm_program_free(t->gae);
+  lm_program_free(t->prep);
+  lm_rollout_free(t->ro);
+  lm_program_free(t->upd);
+  lm_free(t);
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int64_t gcd(int64_t a, int64_t b) {
+  while (b) {
+    int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *s) {
+  const lm_ppo_config *c = &t->cfg;
+  memset(s, 0, sizeof *s);
+  float lr = c->anneal_lr ? c->lr * (1.0f - (float)t->iter / (float)t->total_iters) : c->lr;
+  if (lr < 0) lr = 0;
+  double t0 = now();
+  lm_status st = lm_rollout_run(t->ro);
+  double t1 = now();
+  size_t n = (size_t)c->n_envs;
+  float *zero = lm_calloc(n, sizeof *zero);
+  if (!zero) return LM_ERR_NOMEM;
+  if (st == LM_OK) st = lm_program_run(t->prep);
+  if (st == LM_OK) st = lm_program_write(t->gae, "adv_next", zero, n);
+  if (st == LM_OK) st = lm_program_run(t->gae);
+  if (st == LM_OK) st = lm_program_write(t->upd, "lr", &lr, 1);
+  lm_free(zero);
+  for (int e = 0; e < c->epochs && st == LM_OK; e++) {
+    int64_t a;
+    do a = 1 + (int64_t)(splitmix(&t->shuffle) % (uint64_t)(t->B > 1 ? t->B - 1 : 1));
+    while (gcd(a, t->B) != 1);
+    int64_t b = (int64_t)(splitmix(&t->shuffle) % (uint64_t)t->B);
+    if ((st = lm_program_bind(t->upd, "perm_a", a)) || (st = lm_program_bind(t->upd, "perm_b", b))) break;
+    for (int m = 0; m < c->minibatches && st == LM_OK; m++) {
+      if ((st = lm_program_bind(t->upd, "mb_off", (int64_t)m * t->M)) == LM_OK) st = lm_program_run(t->upd);
+    }
+  }
+  double t2 = now();
+  float v[7] = {0};
+  for (int i = 0; i < 7 && st == LM_OK; i++) st = lm_program_read(t->upd, upd_outputs[i], &v[i], 1);
+  if (st == LM_OK) st = lm_rollout_take_stats(t->ro, &s->episodes, &s->mean_return, &s->mean_length);
+  if (st != LM_OK) return st;
+  t->iter++;
+  t->steps += t->B;
+  s->iteration = t->iter;
+  s->env_steps = t->steps;
+  s->lr = lr;
+  s->loss = v[0], s->pg_loss = v[1], s->v_loss = v[2], s->entropy = v[3], s->approx_kl = v[4], s->clipfrac = v[5];
+  s->grad_norm = v[6];
+  s->rollout_s = t1 - t0;
+  s->update_s = t2 - t1;
+  return LM_OK;
+}
+
+int64_t lm_trainer_env_steps(const lm_trainer *t) { return t->steps; }
+int64_t lm_trainer_iterations(const lm_trainer *t) { return t->iter; }
+int64_t lm_trainer_total_iterations(const lm_trainer *t) { return t->total_iters; }
+const lm_ppo_config *lm_trainer_config(const lm_trainer *t) { return &t->cfg; }
+lm_rollout *lm_trainer_rollout(lm_trainer *t) { return t->ro; }
+
+int lm_trainer_kernels_per_iteration(lm_trainer *t) {
+  lm_program_stats s;
+  int total = 0;
+  lm_program_t *ro = lm_rollout_program(t->ro);
+  if (t->cfg.stepper == LM_STEPPER_HOST) {
+    if (lm_program_get_stats(lm_rollout_policy_program(t->ro), &s) == LM_OK) total += s.kernels * (int)t->cfg.horizon;
+  } else if (lm_program_get_stats(ro, &s) == LM_OK) total += s.kernels;
+  if (lm_program_get_stats(t->prep, &s) == LM_OK) total += s.kernels;
+  if (lm_program_get_stats(t->gae, &s) == LM_OK) total += s.kernels;
+  if (lm_program_get_stats(t->upd, &s) == LM_OK) total += s.kernels * t->cfg.epochs * t->cfg.minibatches;
+  return total;
+}
+
+/* ---------------------------------------------------------------- for train/checkpoint.c */
+
+lm_program_t *lm_trainer_update_program(lm_trainer *t);
+void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle);
+const lm_env_spec *lm_trainer_env(const lm_trainer *t);
+
+lm_program_t *lm_trainer_update_program(lm_trainer *t) { return t->upd; }
+void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle) {
+  *iter = &t->iter;
+  *steps = &t->steps;
+  *shuffle = &t->shuffle;
+}
+const lm_env_spec *lm_trainer_env(const lm_trainer *t) { return t->env; }
