@@ -124,6 +124,7 @@ typedef struct lowering {
   uint32_t *home;     /* per node: plan buffer holding its values, UINT32_MAX if none */
   uint32_t *uses;     /* per node: consumer edges (outputs and assigns included) */
   int *cost;          /* per node: inlining cost estimate, -1 = unknown */
+  uint8_t *cheap_const; /* per node: depends on constants only, and computing it is cheap */
   int restart;        /* a new node was materialised: lower again */
   lm_status st;
 } lowering;
@@ -138,7 +139,12 @@ typedef struct kbuild {
   size_t nmemo, memocap;
 } kbuild;
 
-enum { COST_CHEAP = 2, COST_REDUCE = 1000 };
+/* COST_SHARED: a node used more than once that costs more than this to recompute gets a
+ * buffer (a reduction inside, say), even when each use alone would fuse. CONST_WORK: a
+ * node computed from constants alone (an arange, a triangular mask) is recomputed wherever
+ * it is used while its work stays under this: a kernel of its own would cost more, and it
+ * would split env-local scans. */
+enum { COST_CHEAP = 2, COST_SHARED = 16, COST_REDUCE = 1000, CONST_WORK = 256 };
 
 static int transcendental(lm_op op) {
   return op == LM_OP_LOG2 || op == LM_OP_EXP2 || op == LM_OP_SIN || op == LM_OP_SQRT || op == LM_OP_RECIP;
@@ -315,7 +321,7 @@ static uint32_t eval(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr valid) 
   if (L->home[id] != UINT32_MAX && (n->op == LM_OP_INPUT || L->mat[id])) {
     s = load(b, L->home[id], &n->shape, idx, valid);
   } else {
-    if (n->op != LM_OP_CONST && n->op != LM_OP_RAND && inline_cost(L, id) > COST_CHEAP) {
+    if (n->op != LM_OP_CONST && n->op != LM_OP_RAND && !L->cheap_const[id] && inline_cost(L, id) > COST_CHEAP) {
       uint64_t used = lm_x_vars_used(&g->x, valid);
       for (int i = 0; i < rank; i++) used |= lm_x_vars_used(&g->x, idx[i]);
       int shared_reduce = lm_op_table[n->op].reduce && L->uses[id] > 1;
@@ -469,6 +475,36 @@ void lm_plan_liveness(lm_plan *p) {
   for (size_t i = 0; i < p->ncopies; i++) p->bufs[p->copies[i].src].last = (int)p->nkernels;
 }
 
+/* Nodes that depend on constants only, with their work (elements visited) under CONST_WORK. */
+static void mark_cheap_consts(lowering *L, const uint32_t *order, size_t norder) {
+  lm_graph_t *g = L->g;
+  double *work = lm_calloc(g->nnodes, sizeof *work);
+  if (!work) return; /* an optimisation only */
+  for (size_t k = 0; k < norder; k++) {
+    uint32_t i = order[k];
+    const lm_node *n = &g->nodes[i];
+    if (n->op == LM_OP_CONST) {
+      work[i] = 1;
+      L->cheap_const[i] = 1;
+      continue;
+    }
+    if (n->op == LM_OP_INPUT || n->op == LM_OP_RAND) continue;
+    int konst = 1;
+    double w = 1;
+    for (int s = 0; s < n->nsrc; s++) {
+      konst &= L->cheap_const[n->src[s].node];
+      w += work[n->src[s].node];
+    }
+    if (konst && lm_op_table[n->op].reduce) {
+      const lm_xnode *ext = lm_x_node(&g->x, lm_edge_shape(g, n->src[0])->dim[n->axis]);
+      w = ext->op == LM_X_CONST ? w * (double)(ext->v > 0 ? ext->v : 1) : 1e30;
+    }
+    work[i] = w;
+    L->cheap_const[i] = (uint8_t)(konst && w <= CONST_WORK);
+  }
+  lm_free(work);
+}
+
 lm_status lm_lower(lm_graph_t *g, lm_plan **out) {
   *out = NULL;
   lowering L = {.g = g};
@@ -479,7 +515,8 @@ lm_status lm_lower(lm_graph_t *g, lm_plan **out) {
   L.home = lm_calloc(g->nnodes, sizeof *L.home);
   L.uses = lm_calloc(g->nnodes, sizeof *L.uses);
   L.cost = lm_calloc(g->nnodes, sizeof *L.cost);
-  if (!order || !L.p || !L.mat || !L.home || !L.uses || !L.cost) {
+  L.cheap_const = lm_calloc(g->nnodes, 1);
+  if (!order || !L.p || !L.mat || !L.home || !L.uses || !L.cost || !L.cheap_const) {
     L.st = order ? LM_ERR_NOMEM : LM_ERR_INVALID;
     goto done;
   }
@@ -495,8 +532,17 @@ lm_status lm_lower(lm_graph_t *g, lm_plan **out) {
     L.uses[e.node]++;
     if (!e.view && g->nodes[e.node].op != LM_OP_INPUT) L.mat[e.node] = 1;
   }
-  for (size_t i = 1; i < g->nnodes; i++)
-    if (lm_op_table[g->nodes[i].op].reduce && L.uses[i] > 1) L.mat[i] = 1;
+  mark_cheap_consts(&L, order, norder);
+  /* shared work: computed once into a buffer rather than once per use */
+  for (size_t i = 1; i < g->nnodes; i++) L.cost[i] = -1;
+  for (size_t k = 0; k < norder; k++) {
+    uint32_t i = order[k];
+    if (L.mat[i] || L.cheap_const[i] || L.uses[i] < 2 || g->nodes[i].op == LM_OP_INPUT) continue;
+    if (lm_op_table[g->nodes[i].op].reduce || inline_cost(&L, i) > COST_SHARED) {
+      L.mat[i] = 1;
+      L.cost[i] = 0;
+    }
+  }
   do {
     L.restart = 0;
     lower_once(&L, order, norder);
@@ -509,6 +555,7 @@ done:
   lm_free(L.home);
   lm_free(L.uses);
   lm_free(L.cost);
+  lm_free(L.cheap_const);
   if (L.st != LM_OK) {
     lm_plan_free(L.p);
     return L.st == LM_ERR_NOMEM ? lm_fail(LM_ERR_NOMEM, "out of memory lowering the graph") : L.st;

@@ -18,10 +18,14 @@ lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *pre
     return lm_fail(LM_ERR_INVALID, "lm_env_vec_step: env '%s' has time limit %d and state size %d", env->name,
                    env->time_limit, env->state_size);
   char name[256];
+  /* the inputs are found when the caller declared them already (to observe the state before
+   * choosing the action), else declared here */
   snprintf(name, sizeof name, "%sstate", prefix);
-  lm_tensor state = lm_input(g, name, LM_ROLE_STATE, 2, (lm_dim[]){n_envs, env->state_size});
+  lm_tensor state = lm_graph_input(g, name);
+  if (!lm_tensor_ok(state)) state = lm_input(g, name, LM_ROLE_STATE, 2, (lm_dim[]){n_envs, env->state_size});
   snprintf(name, sizeof name, "%st", prefix);
-  lm_tensor t = lm_input(g, name, LM_ROLE_STATE, 1, &n_envs);
+  lm_tensor t = lm_graph_input(g, name);
+  if (!lm_tensor_ok(t)) t = lm_input(g, name, LM_ROLE_STATE, 1, &n_envs);
 
   lm_env_step_out st;
   memset(&st, 0, sizeof st);
