@@ -40,21 +40,20 @@ static lm_tensor state_input(lm_graph_t *g, const char *name, lm_dim n, int widt
   return lm_input(g, name, LM_ROLE_STATE, width ? 2 : 1, shape);
 }
 
-static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
+lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, lm_policy *policy) {
   lm_graph_t *g = lm_graph_new();
-  if (!g) return LM_ERR_NOMEM;
-  const lm_env_spec *env = r->env;
+  if (!g) return NULL;
   lm_dim N = lm_sym(g, "N");
   lm_tensor state = state_input(g, "env.state", N, env->state_size);
   state_input(g, "env.t", N, 0);
   lm_tensor obs = env->observe(g, state);
-  lm_status st = lm_policy_build(g, cfg, env->obs_size, &env->action, &r->policy);
+  lm_status st = lm_policy_build(g, cfg, env->obs_size, &env->action, policy);
   lm_policy_out po;
-  if (st == LM_OK) st = lm_policy_forward(&r->policy, obs, &po);
-  lm_tensor logp, action = lm_policy_sample(&r->policy, &po, LM_STREAM_ACTION, &logp);
+  if (st == LM_OK) st = lm_policy_forward(policy, obs, &po);
+  lm_tensor logp, action = lm_policy_sample(policy, &po, LM_STREAM_ACTION, &logp);
   lm_vec_step vs;
   if (st == LM_OK) st = lm_env_vec_step(env, g, "env.", N, action, &vs);
-  if (st != LM_OK) goto done;
+  if (st != LM_OK) goto fail;
   /* episode statistics, per env so the step stays env-local */
   lm_tensor ret = state_input(g, "ep.ret", N, 0), len = state_input(g, "ep.len", N, 0);
   lm_tensor sret = state_input(g, "ep.sum_ret", N, 0), slen = state_input(g, "ep.sum_len", N, 0);
@@ -68,10 +67,18 @@ static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
   lm_assign(len, lm_mul(len1, live));
   lm_tensor outs[8] = {obs, action, logp, po.value, vs.reward, vs.terminated, vs.truncated, vs.final_obs};
   for (int i = 0; i < 8 && st == LM_OK; i++) st = lm_output(outs[i], traj_names[i]);
-  if (st != LM_OK || lm_graph_validate(g) != LM_OK) {
-    st = LM_ERR_INVALID;
-    goto done;
-  }
+  if (st == LM_OK && lm_graph_validate(g) == LM_OK) return g;
+fail:
+  lm_graph_free(g);
+  return NULL;
+}
+
+static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
+  const lm_env_spec *env = r->env;
+  lm_graph_t *g = lm_rollout_step_graph(env, cfg, &r->policy);
+  lm_status st = LM_OK;
+  lm_dim N;
+  if (!g) return LM_ERR_INVALID;
   r->prog = lm_program_new_scan(r->b, g, "T", 0, NULL, 0);
   if (!r->prog) {
     st = LM_ERR_INVALID;

@@ -87,9 +87,7 @@ static lm_tensor traj_input(lm_graph_t *g, const char *name, int width) {
 static int act_width(const lm_env_spec *env) { return env->action.kind == LM_SPACE_BOX ? env->action.n : 0; }
 
 /* Bootstrap values: V(final obs) where truncated, V(obs after the rollout) for the last step. */
-static lm_program_t *build_prep(lm_trainer *t) {
-  const lm_env_spec *env = t->env;
-  const lm_ppo_config *c = &t->cfg;
+static lm_graph_t *build_prep(const lm_env_spec *env, const lm_ppo_config *c) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N);
@@ -98,23 +96,23 @@ static lm_program_t *build_prep(lm_trainer *t) {
   lm_tensor fin = traj_input(g, "final_obs", env->obs_size);
   lm_tensor state = lm_input(g, "env.state", LM_ROLE_DATA, 2, (lm_dim[]){N, env->state_size});
   lm_policy pol;
-  lm_program_t *p = NULL;
-  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, &pol) != LM_OK) goto done;
+  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, &pol) != LM_OK) goto fail;
   lm_tensor fin_v = lm_reshape(lm_policy_value(&pol, lm_reshape(fin, 2, (lm_dim[]){B, env->obs_size})), 2, (lm_dim[]){T, N});
   lm_tensor last_v = lm_policy_value(&pol, env->observe(g, state));
   lm_tensor reward_b = lm_add(reward, lm_mul(lm_mul_scalar(trunc, c->gamma), fin_v));
   lm_tensor done = lm_maximum(term, trunc);
   lm_tensor next_v = lm_concat(lm_slice(value, 0, 1, T), lm_unsqueeze(last_v, 0), 0);
-  if (lm_output(reward_b, "reward_b") || lm_output(done, "done") || lm_output(next_v, "next_value")) goto done;
-  p = lm_program_new(t->b, g);
-done:
+  if (lm_output(reward_b, "reward_b") || lm_output(done, "done") || lm_output(next_v, "next_value")) goto fail;
+  return g;
+fail:
   lm_graph_free(g);
-  return p;
+  return NULL;
 }
 
 /* GAE(λ) as a reverse scan: A_t = δ_t + γλ(1 − done_t) A_{t+1}. */
-static lm_program_t *build_gae(lm_trainer *t) {
-  const lm_ppo_config *c = &t->cfg;
+static const char *const gae_per_step[4] = {"reward_b", "done", "value", "next_value"};
+
+static lm_graph_t *build_gae(const lm_ppo_config *c) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim N = lm_sym(g, "N");
@@ -124,13 +122,9 @@ static lm_program_t *build_gae(lm_trainer *t) {
   lm_tensor live = lm_sub(lm_scalar_like(d, 1.0f), d);
   lm_tensor delta = lm_sub(lm_add(r, lm_mul(lm_mul_scalar(live, c->gamma), nv)), v);
   lm_tensor adv = lm_add(delta, lm_mul(lm_mul_scalar(live, c->gamma * c->gae_lambda), a));
-  lm_program_t *p = NULL;
-  if (lm_assign(a, adv) == LM_OK && lm_output(adv, "adv") == LM_OK) {
-    const char *per_step[4] = {"reward_b", "done", "value", "next_value"};
-    p = lm_program_new_scan(t->b, g, "T", 1, per_step, 4);
-  }
+  if (lm_assign(a, adv) == LM_OK && lm_output(adv, "adv") == LM_OK) return g;
   lm_graph_free(g);
-  return p;
+  return NULL;
 }
 
 /* One minibatch: rows (a*(off + i) + b) mod B of the flattened trajectory, i < M. */
@@ -143,9 +137,7 @@ static lm_tensor minibatch(lm_tensor x, lm_dim B, lm_dim M, lm_dim pa, lm_dim pb
   return lm_slice(shuffled, 0, off, lm_dim_add(g, off, M));
 }
 
-static lm_program_t *build_update(lm_trainer *t) {
-  const lm_env_spec *env = t->env;
-  const lm_ppo_config *c = &t->cfg;
+static lm_graph_t *build_update(const lm_env_spec *env, const lm_ppo_config *c, lm_policy *pol) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N), M = lm_sym(g, "M");
@@ -156,12 +148,11 @@ static lm_program_t *build_update(lm_trainer *t) {
   lm_tensor old_v = minibatch(traj_input(g, "value", 0), B, M, pa, pb, off);
   lm_tensor adv = minibatch(traj_input(g, "adv", 0), B, M, pa, pb, off);
   lm_tensor ret = lm_add(adv, old_v);
-  lm_program_t *p = NULL;
-  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, &t->upol) != LM_OK) goto done;
+  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, pol) != LM_OK) goto fail;
   lm_policy_out po;
-  if (lm_policy_forward(&t->upol, obs, &po) != LM_OK) goto done;
-  lm_tensor logp = lm_policy_log_prob(&t->upol, &po, act);
-  lm_tensor ent = lm_mean(lm_policy_entropy(&t->upol, &po), 0, 0);
+  if (lm_policy_forward(pol, obs, &po) != LM_OK) goto fail;
+  lm_tensor logp = lm_policy_log_prob(pol, &po, act);
+  lm_tensor ent = lm_mean(lm_policy_entropy(pol, &po), 0, 0);
   if (c->norm_adv) {
     lm_tensor mu = lm_mean(adv, 0, 1), sd = lm_sqrt(lm_var(adv, 0, 1));
     adv = lm_div(lm_sub(adv, mu), lm_add_scalar(sd, 1e-8f));
@@ -180,19 +171,46 @@ static lm_program_t *build_update(lm_trainer *t) {
   lm_tensor kl = lm_mean(lm_sub(lm_add_scalar(ratio, -1.0f), logratio), 0, 0);
   lm_tensor clipfrac = lm_mean(lm_gt(lm_abs(lm_add_scalar(ratio, -1.0f)), lm_scalar_like(ratio, c->clip_coef)), 0, 0);
   lm_tensor grads[LM_POLICY_MAX_PARAMS], gnorm;
-  if (lm_grad(loss, t->upol.param, t->upol.nparams, grads) != LM_OK) goto done;
+  if (lm_grad(loss, pol->param, pol->nparams, grads) != LM_OK) goto fail;
   lm_adam_cfg adam = lm_optim_adam_defaults();
   adam.lr_name = "lr";
   adam.eps = 1e-5f; /* CleanRL's PPO */
   adam.max_grad_norm = c->max_grad_norm;
-  if (lm_optim_adam(&adam, t->upol.param, grads, t->upol.nparams, &gnorm) != LM_OK) goto done;
+  if (lm_optim_adam(&adam, pol->param, grads, pol->nparams, &gnorm) != LM_OK) goto fail;
   lm_tensor outs[7] = {loss, pg_loss, v_loss, ent, kl, clipfrac, gnorm};
   for (int i = 0; i < 7; i++)
-    if (lm_output(outs[i], upd_outputs[i]) != LM_OK) goto done;
-  p = lm_program_new(t->b, g);
-done:
+    if (lm_output(outs[i], upd_outputs[i]) != LM_OK) goto fail;
+  return g;
+fail:
+  lm_graph_free(g);
+  return NULL;
+}
+
+static lm_program_t *program_of(lm_graph_t *g, lm_backend_t *b, int gae) {
+  if (!g) return NULL;
+  lm_program_t *p = gae ? lm_program_new_scan(b, g, "T", 1, gae_per_step, 4) : lm_program_new(b, g);
   lm_graph_free(g);
   return p;
+}
+
+int lm_trainer_graphs(const lm_env_spec *env, const lm_ppo_config *cfg, lm_train_graph *out, int cap) {
+  if (cap < 4) return lm_fail(LM_ERR_INVALID, "lm_trainer_graphs: room for 4 graphs needed"), -1;
+  memset(out, 0, 4 * sizeof *out);
+  lm_policy pol;
+  lm_policy_config pc = cfg->policy;
+  out[0].name = "rollout";
+  out[0].g = lm_rollout_step_graph(env, &pc, &pol);
+  out[0].scan = 1;
+  out[1] = (lm_train_graph){.name = "prep", .g = build_prep(env, cfg)};
+  out[2] = (lm_train_graph){.name = "gae", .g = build_gae(cfg), .scan = 1, .reverse = 1, .n_per_step = 4};
+  for (int i = 0; i < 4; i++) out[2].per_step[i] = gae_per_step[i];
+  out[3] = (lm_train_graph){.name = "update", .g = build_update(env, cfg, &pol)};
+  for (int i = 0; i < 4; i++)
+    if (!out[i].g) {
+      for (int k = 0; k < 4; k++) lm_graph_free(out[k].g);
+      return -1;
+    }
+  return 4;
 }
 
 /* ---------------------------------------------------------------- the trainer */
@@ -255,9 +273,9 @@ lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo
   t->total_iters = cfg->total_steps / t->B;
   if (t->total_iters < 1) t->total_iters = 1;
   t->shuffle = cfg->seed * 0x9e3779b97f4a7c15ull + 1;
-  if (!(t->upd = build_update(t))) goto fail;
+  if (!(t->upd = program_of(build_update(env, cfg, &t->upol), b, 0))) goto fail;
   if (!(t->ro = lm_rollout_new(b, env, &cfg->policy, cfg->n_envs, cfg->horizon, cfg->stepper))) goto fail;
-  if (!(t->prep = build_prep(t)) || !(t->gae = build_gae(t))) goto fail;
+  if (!(t->prep = program_of(build_prep(env, cfg), b, 0)) || !(t->gae = program_of(build_gae(cfg), b, 1))) goto fail;
   if ((st = wire(t)) != LM_OK) goto fail;
   if ((st = lm_policy_init(&t->upol, t->upd, cfg->seed)) != LM_OK) goto fail;
   if ((st = lm_rollout_reset(t->ro, cfg->seed)) != LM_OK) goto fail;

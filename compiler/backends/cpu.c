@@ -5,12 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "backend.h"
 #include "cc.h"
 #include "memplan.h"
-#include "passes.h"
+#include "compile.h"
 #include "pool.h"
 #include "render.h"
 
@@ -100,24 +99,6 @@ static void cpu_unprepare(void *ctx, void *p) {
   lm_free(x);
 }
 
-/* LUMEN_DUMP=dir: every generated translation unit is written there. */
-static void dump_source(const char *src, const lm_plan *plan) {
-  const char *dir = getenv("LUMEN_DUMP");
-  if (!dir || !*dir) return;
-  mkdir(dir, 0777);
-  char path[4096];
-  uint64_t h = lm_hash_bytes(src, strlen(src), 0);
-  snprintf(path, sizeof path, "%s/cpu-%016llx.c", dir, (unsigned long long)h);
-  FILE *f = fopen(path, "w");
-  if (!f) return;
-  fputs(src, f);
-  lm_sb sb = {0};
-  lm_plan_dump(plan, &sb);
-  if (sb.s) fprintf(f, "\n/* loop IR:\n%s*/\n", sb.s);
-  lm_sb_free(&sb);
-  fclose(f);
-}
-
 static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   cpu_ctx *c = ctx;
   cpu_exe *x = lm_calloc(1, sizeof *x);
@@ -130,24 +111,14 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
     memcpy(x->per_step, scan->per_step, g->ninputs);
     x->scan.per_step = x->per_step;
   }
-  x->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL); /* rewrites that change rounding are for search */
-  if (!x->g) {
-    st = LM_ERR_INVALID;
-    goto fail;
-  }
-  if ((st = lm_lower(x->g, &x->plan)) != LM_OK) goto fail;
-  if (x->scan.active) {
-    lm_plan *fused = NULL;
-    st = lm_scan_fuse(x->plan, x->scan.sym_T, x->scan.reverse, x->scan.per_step, &fused);
-    if (st == LM_OK) {
-      lm_plan_free(x->plan);
-      x->plan = fused;
-      x->fused = 1;
-    } else if (st != LM_ERR_UNSUPPORTED) goto fail; /* unsupported: run the step plan T times */
-  }
+  lm_compiled comp;
+  if ((st = lm_compile(g, scan, &comp)) != LM_OK) goto fail;
+  x->g = comp.g;
+  x->plan = comp.plan;
+  x->fused = comp.fused;
   st = LM_ERR_NOMEM;
   if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
-  dump_source(src, x->plan);
+  lm_dump_source("cpu", "c", src, x->plan);
   if ((st = lm_cc_build(c->cc, src, &x->lib)) != LM_OK) goto fail;
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   x->bufs = lm_calloc(x->plan->nbufs + 1, sizeof *x->bufs);

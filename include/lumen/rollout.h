@@ -22,6 +22,9 @@ typedef enum lm_stepper { LM_STEPPER_DEVICE, LM_STEPPER_HOST } lm_stepper;
 
 typedef struct lm_rollout lm_rollout;
 
+/* The device stepper's step graph (scan it over "T"), and the policy declared in it. */
+lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, lm_policy *policy);
+
 /* Names of the trajectory buffers, each [T, N, ...]: "obs", "action", "logp", "value",
  * "reward", "terminated", "truncated", "final_obs". Episode statistics are per-env STATE:
  * "ep.ret", "ep.len" (running), "ep.sum_ret", "ep.sum_len", "ep.count" (finished since the

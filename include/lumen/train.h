@@ -54,6 +54,19 @@ lm_rollout *lm_trainer_rollout(lm_trainer *t);
 /* Kernels launched per iteration (rollout + GAE + updates), from the programs' stats. */
 int lm_trainer_kernels_per_iteration(lm_trainer *t);
 
+/* The graphs of one training iteration, for compiling without running (rltrain compile):
+ * the rollout step (a forward scan over "T"), the bootstrap prep, GAE (a reverse scan over
+ * "T" with per-step inputs) and the minibatch update. Returns how many (4), or -1. The
+ * caller frees each graph. */
+typedef struct lm_train_graph {
+  const char *name;
+  lm_graph_t *g;
+  int scan, reverse;            /* scans run over the symbol "T" */
+  const char *per_step[8];
+  int n_per_step;
+} lm_train_graph;
+int lm_trainer_graphs(const lm_env_spec *env, const lm_ppo_config *cfg, lm_train_graph *out, int cap);
+
 /* Checkpoints: weights, optimiser state, env and statistics state, RNG counters, config
  * and step counts; written atomically (temp file + rename) with a format version and a
  * checksum. Loading refuses a corrupt file or one made for another env or shape, with a

@@ -1,0 +1,51 @@
+/* compiler/compile.c — canonicalise, lower, fuse scans; dump generated sources. */
+#include "compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "passes.h"
+
+lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out) {
+  memset(out, 0, sizeof *out);
+  /* rewrites that change rounding are left to search, whose gate tolerates them */
+  out->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL);
+  if (!out->g) return LM_ERR_INVALID;
+  lm_status st = lm_lower(out->g, &out->plan);
+  if (st == LM_OK && scan && scan->active) {
+    lm_plan *fused = NULL;
+    st = lm_scan_fuse(out->plan, scan->sym_T, scan->reverse, scan->per_step, &fused);
+    if (st == LM_OK) {
+      lm_plan_free(out->plan);
+      out->plan = fused;
+      out->fused = 1;
+    } else if (st == LM_ERR_UNSUPPORTED) st = LM_OK; /* the step plan runs T times */
+  }
+  if (st != LM_OK) lm_compiled_free(out);
+  return st;
+}
+
+void lm_compiled_free(lm_compiled *c) {
+  lm_plan_free(c->plan);
+  lm_graph_free(c->g);
+  memset(c, 0, sizeof *c);
+}
+
+void lm_dump_source(const char *tag, const char *ext, const char *src, const lm_plan *plan) {
+  const char *dir = getenv("LUMEN_DUMP");
+  if (!dir || !*dir || !src) return;
+  mkdir(dir, 0777);
+  char path[4096];
+  uint64_t h = lm_hash_bytes(src, strlen(src), 0);
+  snprintf(path, sizeof path, "%s/%s-%016llx.%s", dir, tag, (unsigned long long)h, ext);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(src, f);
+  lm_sb sb = {0};
+  if (plan) lm_plan_dump(plan, &sb);
+  if (sb.s) fprintf(f, "\n/* loop IR:\n%s*/\n", sb.s);
+  lm_sb_free(&sb);
+  fclose(f);
+}

@@ -1,0 +1,21 @@
+/* compiler/compile.h — the front every compiling backend shares: canonicalise the graph,
+ * lower it with the default schedule, fuse an env-local scan into one kernel, and write
+ * generated sources to $LUMEN_DUMP. Backends then render the plan in their dialect. */
+#ifndef LUMEN_COMPILE_H
+#define LUMEN_COMPILE_H
+
+#include "backends/backend.h"
+#include "loopir.h"
+
+typedef struct lm_compiled {
+  lm_graph_t *g;  /* the canonical graph (owned); the plan's expressions live in it */
+  lm_plan *plan;
+  int fused;      /* a scan that runs as one plan over all T steps (run counter = run*T) */
+} lm_compiled;
+
+lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out);
+void lm_compiled_free(lm_compiled *c);
+/* LUMEN_DUMP=dir: writes src (with the plan's loop IR as a comment) to dir/<tag>-<hash>.<ext>. */
+void lm_dump_source(const char *tag, const char *ext, const char *src, const lm_plan *plan);
+
+#endif
