@@ -1,9 +1,11 @@
-/* rltrain: the command-line front end. Today it lists the registered environments, checks an
- * env's graph and reference stepper against a transitions file (`check`), and records such a
- * file from the reference stepper (`record`); training itself arrives with the training issue.
+/* rltrain: the command-line front end: trains PPO on an env (train/cli_train.c), evaluates
+ * checkpoints, lists the registered environments, checks an env's graph and reference stepper
+ * against a transitions file (`check`), and records such a file from the reference stepper.
  * Exit codes: 0 success, 1 a check found errors over tolerance, 2 usage or input error. */
 #include <lumen/env.h>
 #include <lumen/lumen.h>
+
+#include "cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,7 +27,8 @@ static void print_usage(FILE *out) {
         "  record ENV FILE.csv [--episodes K] [--seed S]\n"
         "                            write K episodes (default 10) of ENV's reference stepper under\n"
         "                            uniform random actions (seed S, default 0) to FILE.csv\n"
-        "  ENV                       train on ENV: not available in this build yet\n"
+        "  ENV [options]             train PPO on ENV (rltrain ENV --help lists the options)\n"
+        "  eval CKPT [--episodes N]  mean return of a checkpoint's greedy and sampled policy\n"
         "  --version                 print the lumen version\n"
         "  help                      show this help (also -h, --help)\n"
         "\n"
@@ -479,11 +482,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rltrain: unknown option '%s' (see 'rltrain help')\n", cmd);
     return 2;
   }
+  if (!strcmp(cmd, "eval")) return lm_cli_eval(argc - 2, argv + 2);
   const lm_env_spec *e = find_env(cmd);
   if (!e) return 2;
-  fprintf(stderr,
-          "rltrain: training is not available in this build yet: '%s' is registered (see 'rltrain list'), and "
-          "'rltrain check' and 'rltrain record' work, but the trainer has not landed\n",
-          e->name);
-  return 2;
+  return lm_cli_train(e->name, argc - 2, argv + 2);
 }

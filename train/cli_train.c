@@ -1,0 +1,459 @@
+/* train/cli_train.c — `rltrain ENV [options]` (PPO training with progress, log.csv,
+ * summary.json, checkpoints and --resume) and `rltrain eval CKPT` (greedy and sampled
+ * returns). These print; the library they drive does not. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "lumen/lumen.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void train_usage(FILE *out) {
+  fputs("usage: rltrain ENV [options]   (train PPO on ENV; `rltrain list` shows the envs)\n"
+        "\n"
+        "  --device D          auto (default), cpu, ref, or another backend of this build\n"
+        "  --envs N            parallel envs (default: tuned per env)\n"
+        "  --steps T           steps per env per iteration (the horizon)\n"
+        "  --total-steps S     env-step budget (training stops there)\n"
+        "  --seed S            random seed (default 1)\n"
+        "  --lr X              Adam learning rate (annealed linearly to 0; --no-anneal keeps it)\n"
+        "  --out DIR           run directory (default runs/ENV-<time>)\n"
+        "  --resume DIR        continue the run in DIR from DIR/latest.ckpt\n"
+        "  --stepper device|host  env stepped by the compiled graph (default) or by the scalar\n"
+        "                      reference on the host, with the policy on the device\n"
+        "  --gamma X --gae-lambda X --epochs K --minibatches K --clip X --ent-coef X\n"
+        "  --vf-coef X --max-grad-norm X --hidden 64,64 --activation tanh|relu --shared\n"
+        "  --no-stop           keep training after the env's threshold is reached\n"
+        "  --checkpoint-every K  iterations between checkpoints (default 10)\n"
+        "  --quiet             no per-iteration output\n"
+        "\n"
+        "Writes DIR/log.csv, DIR/summary.json, DIR/checkpoints/step-<n>.ckpt, DIR/latest.ckpt.\n"
+        "Stops when the mean return of the last 100 episodes reaches the env's threshold\n"
+        "(unless --no-stop) or when the step budget is spent.\n",
+        out);
+}
+
+static int bad(const char *fmt, const char *a) {
+  fprintf(stderr, "rltrain: ");
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, " (see rltrain %s --help)\n", "ENV");
+  return 2;
+}
+
+static int parse_num(const char *opt, const char *text, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || end == text || *end || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "rltrain: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, text);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static int mkdirs(const char *path) {
+  char buf[4400];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(buf, 0777) && errno != EEXIST) return 0;
+      *p = '/';
+    }
+  return !mkdir(buf, 0777) || errno == EEXIST;
+}
+
+/* Mean return of the last `want` finished episodes, from per-iteration counts and means. */
+typedef struct window {
+  double *count, *sum;
+  size_t n, cap;
+} window;
+
+static void window_add(window *w, double count, double mean) {
+  if (w->n == w->cap) {
+    w->cap = w->cap ? 2 * w->cap : 64;
+    w->count = realloc(w->count, w->cap * sizeof *w->count);
+    w->sum = realloc(w->sum, w->cap * sizeof *w->sum);
+    if (!w->count || !w->sum) {
+      fprintf(stderr, "rltrain: out of memory\n");
+      exit(1);
+    }
+  }
+  w->count[w->n] = count;
+  w->sum[w->n++] = count * mean;
+}
+
+static double window_mean(const window *w, double want, double *have) {
+  double c = 0, s = 0;
+  for (size_t i = w->n; i-- > 0 && c < want;) {
+    double take = w->count[i] < want - c ? w->count[i] : want - c;
+    if (w->count[i] > 0) s += w->sum[i] * take / w->count[i];
+    c += take;
+  }
+  *have = c;
+  return c > 0 ? s / c : 0;
+}
+
+static int parse_hidden(const char *text, lm_policy_config *p) {
+  p->layers = 0;
+  const char *s = text;
+  while (*s && p->layers < LM_POLICY_MAX_LAYERS) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < 1 || v > 4096) return 0;
+    p->hidden[p->layers++] = (int)v;
+    s = end;
+    if (*s == ',') s++;
+    else if (*s) return 0;
+  }
+  return p->layers > 0 && !*s;
+}
+
+int lm_cli_train(const char *env_name, int argc, char **argv) {
+  const lm_env_spec *env = lm_env_find(env_name);
+  if (!env) {
+    fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
+    return 2;
+  }
+  lm_ppo_config cfg = lm_ppo_defaults(env);
+  const char *device = "auto", *out = NULL, *resume = NULL;
+  int stop = 1, quiet = 0;
+  long every = 10;
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i];
+    double v;
+    if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+      train_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(o, "--no-stop")) { stop = 0; continue; }
+    if (!strcmp(o, "--quiet")) { quiet = 1; continue; }
+    if (!strcmp(o, "--no-anneal")) { cfg.anneal_lr = 0; continue; }
+    if (!strcmp(o, "--shared")) { cfg.policy.shared = 1; continue; }
+    if (i + 1 >= argc) return bad("option %s needs a value", o);
+    const char *a = argv[++i];
+    if (!strcmp(o, "--device")) device = a;
+    else if (!strcmp(o, "--out")) out = a;
+    else if (!strcmp(o, "--resume")) resume = a;
+    else if (!strcmp(o, "--stepper")) {
+      if (!strcmp(a, "device")) cfg.stepper = LM_STEPPER_DEVICE;
+      else if (!strcmp(a, "host")) cfg.stepper = LM_STEPPER_HOST;
+      else return bad("--stepper is device or host, not '%s'", a);
+    } else if (!strcmp(o, "--hidden")) {
+      if (!parse_hidden(a, &cfg.policy)) return bad("--hidden wants widths like 64,64 (1-4 layers), not '%s'", a);
+    } else if (!strcmp(o, "--activation")) {
+      if (!strcmp(a, "tanh")) cfg.policy.activation = LM_ACT_TANH;
+      else if (!strcmp(a, "relu")) cfg.policy.activation = LM_ACT_RELU;
+      else return bad("--activation is tanh or relu, not '%s'", a);
+    } else if (!strcmp(o, "--envs")) { if (!parse_num(o, a, 1, 1 << 24, &v)) return 2; cfg.n_envs = (int64_t)v; }
+    else if (!strcmp(o, "--steps")) { if (!parse_num(o, a, 1, 1 << 20, &v)) return 2; cfg.horizon = (int64_t)v; }
+    else if (!strcmp(o, "--total-steps")) { if (!parse_num(o, a, 1, 1e13, &v)) return 2; cfg.total_steps = (int64_t)v; }
+    else if (!strcmp(o, "--seed")) { if (!parse_num(o, a, 0, 1.8e19, &v)) return 2; cfg.seed = (uint64_t)v; }
+    else if (!strcmp(o, "--lr")) { if (!parse_num(o, a, 0, 10, &v)) return 2; cfg.lr = (float)v; }
+    else if (!strcmp(o, "--gamma")) { if (!parse_num(o, a, 0, 1, &v)) return 2; cfg.gamma = (float)v; }
+    else if (!strcmp(o, "--gae-lambda")) { if (!parse_num(o, a, 0, 1, &v)) return 2; cfg.gae_lambda = (float)v; }
+    else if (!strcmp(o, "--epochs")) { if (!parse_num(o, a, 1, 1000, &v)) return 2; cfg.epochs = (int)v; }
+    else if (!strcmp(o, "--minibatches")) { if (!parse_num(o, a, 1, 1 << 20, &v)) return 2; cfg.minibatches = (int)v; }
+    else if (!strcmp(o, "--clip")) { if (!parse_num(o, a, 0, 10, &v)) return 2; cfg.clip_coef = (float)v; }
+    else if (!strcmp(o, "--ent-coef")) { if (!parse_num(o, a, 0, 10, &v)) return 2; cfg.ent_coef = (float)v; }
+    else if (!strcmp(o, "--vf-coef")) { if (!parse_num(o, a, 0, 100, &v)) return 2; cfg.vf_coef = (float)v; }
+    else if (!strcmp(o, "--max-grad-norm")) { if (!parse_num(o, a, 0, 1e6, &v)) return 2; cfg.max_grad_norm = (float)v; }
+    else if (!strcmp(o, "--checkpoint-every")) { if (!parse_num(o, a, 1, 1e9, &v)) return 2; every = (long)v; }
+    else return bad("unknown option %s", o);
+  }
+  char dir[4096], path[4200];
+  if (resume) {
+    snprintf(path, sizeof path, "%s/latest.ckpt", resume);
+    char name[64];
+    lm_ppo_config saved;
+    if (lm_checkpoint_peek(path, name, sizeof name, &saved) != LM_OK) {
+      fprintf(stderr, "rltrain: cannot resume: %s\n", lm_last_error());
+      return 1;
+    }
+    if (strcmp(name, env->name)) {
+      fprintf(stderr, "rltrain: cannot resume: %s was trained on %s, not %s\n", resume, name, env->name);
+      return 2;
+    }
+    int64_t total = cfg.total_steps;
+    cfg = saved; /* the run's own settings; only the budget may grow */
+    if (total > cfg.total_steps) cfg.total_steps = total;
+    snprintf(dir, sizeof dir, "%s", resume);
+  } else if (out) snprintf(dir, sizeof dir, "%s", out);
+  else {
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(dir, sizeof dir, "runs/%s-%s", env->name, stamp);
+  }
+  snprintf(path, sizeof path, "%s/checkpoints", dir);
+  if (!mkdirs(path)) {
+    fprintf(stderr, "rltrain: cannot create %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  char why[1024];
+  lm_backend_t *b = lm_backend_open(device, why, sizeof why);
+  if (!b) {
+    fprintf(stderr, "rltrain: no device: %s\n", lm_last_error());
+    return 1;
+  }
+  double t_start = now();
+  lm_trainer *t = lm_trainer_new(b, env, &cfg);
+  if (!t) {
+    fprintf(stderr, "rltrain: %s\n", lm_last_error());
+    lm_backend_free(b);
+    return 1;
+  }
+  if (resume) {
+    snprintf(path, sizeof path, "%s/latest.ckpt", dir);
+    if (lm_trainer_load(t, path) != LM_OK) {
+      fprintf(stderr, "rltrain: cannot resume: %s\n", lm_last_error());
+      lm_trainer_free(t);
+      lm_backend_free(b);
+      return 1;
+    }
+  }
+  double t_ready = now();
+  int tty = isatty(STDOUT_FILENO);
+  if (!quiet) {
+    printf("rltrain %s on %s (%s); %lld envs x %lld steps per iteration, %lld iterations; compiled in %.2fs\n",
+           env->gym_id ? env->gym_id : env->name, lm_backend_name(b), why, (long long)cfg.n_envs,
+           (long long)cfg.horizon, (long long)lm_trainer_total_iterations(t), t_ready - t_start);
+    printf("kernels per iteration: %d; run directory: %s\n", lm_trainer_kernels_per_iteration(t), dir);
+  }
+  snprintf(path, sizeof path, "%s/log.csv", dir);
+  FILE *log = fopen(path, resume ? "a" : "w");
+  if (!log) {
+    fprintf(stderr, "rltrain: cannot write %s: %s\n", path, strerror(errno));
+    lm_trainer_free(t);
+    lm_backend_free(b);
+    return 1;
+  }
+  if (!resume)
+    fprintf(log, "iteration,env_steps,wall_s,episodes,mean_return,mean_length,loss,pg_loss,v_loss,entropy,approx_kl,"
+                 "clipfrac,lr,sps\n");
+  window w = {0};
+  int rc = 0, solved = 0;
+  double mean100 = 0, have = 0;
+  int64_t iters = lm_trainer_total_iterations(t);
+  while (lm_trainer_iterations(t) < iters) {
+    lm_iter_stats s;
+    if (lm_trainer_iterate(t, &s) != LM_OK) {
+      fprintf(stderr, "\nrltrain: iteration %lld failed: %s\n", (long long)lm_trainer_iterations(t) + 1, lm_last_error());
+      rc = 1;
+      break;
+    }
+    window_add(&w, s.episodes, s.mean_return);
+    mean100 = window_mean(&w, 100, &have);
+    double wall = now() - t_ready, sps = (double)(cfg.n_envs * cfg.horizon) / (s.rollout_s + s.update_s);
+    fprintf(log, "%lld,%lld,%.3f,%.0f,%.4f,%.2f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.1f\n", (long long)s.iteration,
+            (long long)s.env_steps, wall, s.episodes, s.mean_return, s.mean_length, (double)s.loss, (double)s.pg_loss,
+            (double)s.v_loss, (double)s.entropy, (double)s.approx_kl, (double)s.clipfrac, (double)s.lr, sps);
+    fflush(log);
+    solved = have >= 100 && mean100 >= env->solved_return;
+    if (!quiet) {
+      if (tty) {
+        int width = 30, filled = (int)(width * (double)s.iteration / (double)iters);
+        printf("\r[%.*s%*s] %5.1f%% %9lld steps %8.0f steps/s return %8.2f (last 100: %8.2f)  ", filled,
+               "##############################", width - filled, "", 100.0 * (double)s.iteration / (double)iters,
+               (long long)s.env_steps, (double)s.env_steps / (wall > 0 ? wall : 1), s.mean_return, mean100);
+        fflush(stdout);
+      } else
+        printf("iter %lld steps %lld return %.2f last100 %.2f len %.1f loss %.4f entropy %.3f kl %.4f clipfrac %.3f "
+               "steps/s %.0f\n",
+               (long long)s.iteration, (long long)s.env_steps, s.mean_return, mean100, s.mean_length, (double)s.loss,
+               (double)s.entropy, (double)s.approx_kl, (double)s.clipfrac, sps);
+    }
+    int last = solved && stop;
+    if (s.iteration % every == 0 || last || lm_trainer_iterations(t) == iters) {
+      snprintf(path, sizeof path, "%s/checkpoints/step-%lld.ckpt", dir, (long long)s.env_steps);
+      char latest[4200];
+      snprintf(latest, sizeof latest, "%s/latest.ckpt", dir);
+      if (lm_trainer_save(t, path) != LM_OK || lm_trainer_save(t, latest) != LM_OK) {
+        fprintf(stderr, "\nrltrain: checkpoint failed: %s\n", lm_last_error());
+        rc = 1;
+        break;
+      }
+    }
+    if (last) break;
+  }
+  fclose(log);
+  double wall = now() - t_ready;
+  if (!quiet && tty) printf("\n");
+  snprintf(path, sizeof path, "%s/summary.json", dir);
+  FILE *js = fopen(path, "w");
+  if (js) {
+    fprintf(js,
+            "{\"env\": \"%s\", \"device\": \"%s\", \"env_steps\": %lld, \"wall_s\": %.3f, \"mean_return\": %.4f, "
+            "\"episodes_in_mean\": %.0f, \"solved\": %s, \"threshold\": %.4g, \"stepper\": \"%s\", \"seed\": %llu}\n",
+            env->name, lm_backend_name(b), (long long)lm_trainer_env_steps(t), wall, mean100, have,
+            solved ? "true" : "false", (double)env->solved_return, cfg.stepper == LM_STEPPER_HOST ? "host" : "device",
+            (unsigned long long)cfg.seed);
+    fclose(js);
+  }
+  if (!quiet)
+    printf("%s: %lld env steps in %.1fs (%.0f steps/s); mean return of the last %.0f episodes %.2f (threshold %g)%s\n",
+           solved ? "solved" : "done", (long long)lm_trainer_env_steps(t), wall,
+           (double)lm_trainer_env_steps(t) / (wall > 0 ? wall : 1), have, mean100, (double)env->solved_return,
+           solved ? "" : ": not reached");
+  free(w.count);
+  free(w.sum);
+  lm_trainer_free(t);
+  lm_backend_free(b);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- eval */
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double rng_uniform(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0; }
+
+/* Episodes with the policy on the device (obs in, logits or mean out) and the env stepped by
+ * the reference stepper; greedy takes the argmax or the mean, sampled draws from the policy. */
+static int evaluate(const lm_env_spec *env, lm_program_t *prog, const lm_policy *pol, int episodes, int greedy,
+                    uint64_t seed, double *mean_out) {
+  float state[LM_ENV_MAX_STATE], obs[LM_ENV_MAX_OBS], act[LM_ENV_MAX_ACT], out[LM_ENV_MAX_ACT];
+  uint64_t rs = seed;
+  double total = 0;
+  int disc = env->action.kind == LM_SPACE_DISCRETE, n = env->action.n;
+  for (int ep = 0; ep < episodes; ep++) {
+    env->ref_reset(state, seed + 7, (uint64_t)ep, 0);
+    double ret = 0;
+    for (int t = 0; t < env->time_limit; t++) {
+      env->ref_observe(state, obs);
+      if (lm_program_write(prog, "obs", obs, (size_t)env->obs_size) || lm_program_run(prog) ||
+          lm_program_read(prog, "head", out, (size_t)n))
+        return 0;
+      if (disc) {
+        int best = 0;
+        if (greedy)
+          for (int k = 1; k < n; k++) best = out[k] > out[best] ? k : best;
+        else {
+          double mx = out[0], z = 0, u = rng_uniform(&rs), c = 0;
+          for (int k = 1; k < n; k++) mx = out[k] > mx ? out[k] : mx;
+          for (int k = 0; k < n; k++) z += exp(out[k] - mx);
+          for (best = 0; best < n - 1; best++) {
+            c += exp(out[best] - mx) / z;
+            if (u < c) break;
+          }
+        }
+        act[0] = (float)best;
+      } else {
+        float ls[LM_ENV_MAX_ACT];
+        if (lm_program_read(prog, "pi.log_std", ls, (size_t)n)) return 0;
+        for (int k = 0; k < n; k++) {
+          double z = sqrt(-2 * log(rng_uniform(&rs))) * cos(2 * M_PI * rng_uniform(&rs));
+          act[k] = greedy ? out[k] : (float)(out[k] + exp(ls[k]) * z);
+        }
+      }
+      int term = 0;
+      ret += env->ref_step(state, act, &term);
+      if (term) break;
+    }
+    total += ret;
+  }
+  (void)pol;
+  *mean_out = total / episodes;
+  return 1;
+}
+
+int lm_cli_eval(int argc, char **argv) {
+  const char *ckpt = NULL, *device = "auto";
+  int episodes = 20;
+  uint64_t seed = 12345;
+  for (int i = 0; i < argc; i++) {
+    double v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      puts("usage: rltrain eval CKPT|RUN_DIR [--episodes N] [--seed S] [--device D]\n"
+           "  mean return of the checkpoint's policy over N episodes (default 20), greedy (argmax or\n"
+           "  mean action) and sampled, with the env stepped by its reference stepper");
+      return 0;
+    }
+    if (argv[i][0] != '-' && !ckpt) ckpt = argv[i];
+    else if (i + 1 < argc && !strcmp(argv[i], "--episodes")) {
+      if (!parse_num("--episodes", argv[++i], 1, 1e6, &v)) return 2;
+      episodes = (int)v;
+    } else if (i + 1 < argc && !strcmp(argv[i], "--seed")) {
+      if (!parse_num("--seed", argv[++i], 0, 1.8e19, &v)) return 2;
+      seed = (uint64_t)v;
+    } else if (i + 1 < argc && !strcmp(argv[i], "--device")) device = argv[++i];
+    else {
+      fprintf(stderr, "rltrain eval: unknown argument '%s' (see rltrain eval --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!ckpt) {
+    fprintf(stderr, "rltrain eval: which checkpoint? (rltrain eval CKPT)\n");
+    return 2;
+  }
+  char path[4200];
+  struct stat sb;
+  if (!stat(ckpt, &sb) && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/latest.ckpt", ckpt);
+  else snprintf(path, sizeof path, "%s", ckpt);
+  char name[64];
+  lm_ppo_config cfg;
+  if (lm_checkpoint_peek(path, name, sizeof name, &cfg) != LM_OK) {
+    fprintf(stderr, "rltrain eval: %s\n", lm_last_error());
+    return 1;
+  }
+  const lm_env_spec *env = lm_env_find(name);
+  char why[1024];
+  lm_backend_t *b = env ? lm_backend_open(device, why, sizeof why) : NULL;
+  if (!b) {
+    fprintf(stderr, "rltrain eval: %s\n", lm_last_error());
+    return 1;
+  }
+  /* restore the weights through a trainer, then read them into a one-env policy program */
+  lm_trainer *t = lm_trainer_new(b, env, &cfg);
+  int rc = 1;
+  lm_graph_t *g = lm_graph_new();
+  lm_program_t *p = NULL;
+  lm_policy pol;
+  if (!t || lm_trainer_load(t, path) != LM_OK || !g) goto done;
+  lm_dim one = 1;
+  lm_tensor obs = lm_input(g, "obs", LM_ROLE_DATA, 2, (lm_dim[]){one, env->obs_size});
+  lm_policy_out po;
+  if (lm_policy_build(g, &cfg.policy, env->obs_size, &env->action, &pol) || lm_policy_forward(&pol, obs, &po)) goto done;
+  if (lm_output(env->action.kind == LM_SPACE_DISCRETE ? po.logits : po.mean, "head")) goto done;
+  if (!(p = lm_program_new(b, g))) goto done;
+  lm_program_t *src = lm_rollout_program(lm_trainer_rollout(t));
+  if (cfg.stepper == LM_STEPPER_HOST) src = lm_rollout_policy_program(lm_trainer_rollout(t));
+  for (int i = 0; i < pol.nparams; i++) {
+    size_t n = lm_policy_param_size(&pol, i);
+    float *buf = malloc(n * sizeof *buf);
+    int fail = !buf || lm_program_read(src, pol.name[i], buf, n) || lm_program_write(p, pol.name[i], buf, n);
+    free(buf);
+    if (fail) goto done;
+  }
+  double greedy, sampled;
+  if (!evaluate(env, p, &pol, episodes, 1, seed, &greedy) || !evaluate(env, p, &pol, episodes, 0, seed, &sampled))
+    goto done;
+  printf("%s: %d episodes on %s: greedy mean return %.2f, sampled mean return %.2f (threshold %g)\n", env->name,
+         episodes, lm_backend_name(b), greedy, sampled, (double)env->solved_return);
+  rc = 0;
+done:
+  if (rc) fprintf(stderr, "rltrain eval: %s\n", lm_last_error());
+  lm_program_free(p);
+  lm_graph_free(g);
+  lm_trainer_free(t);
+  lm_backend_free(b);
+  return rc;
+}
