@@ -23,6 +23,7 @@ lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled 
       out->fused = 1;
     } else if (st == LM_ERR_UNSUPPORTED) st = LM_OK; /* the step plan runs T times */
   }
+  if (st == LM_OK && !out->fused && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
   if (st != LM_OK) lm_compiled_free(out);
   return st;
 }

@@ -127,6 +127,9 @@ void lm_plan_liveness(lm_plan *p);
  * env-local: some kernel reads another env's values, or has no env loop. */
 struct lm_scan_info;
 lm_status lm_scan_fuse(const lm_plan *step, int sym_T, int reverse, const uint8_t *per_step, lm_plan **out);
+/* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
+ * that makes the loop vectorise (bitwise-identical results); returns the kernels changed. */
+int lm_schedule_interchange(lm_plan *plan);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

@@ -1,0 +1,406 @@
+/* compiler/nvrtc.c — NVRTC through dlopen (declared here, so no CUDA header is needed to build),
+ * CUBIN compiles with their logs, the ptxas -v parser, and the compile-only path of `rltrain
+ * compile` for the cuda, opencl and c targets. */
+#include "nvrtc.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cc.h"
+#include "compile.h"
+#include "core.h"
+#include "lumen/env.h"
+#include "lumen/train.h"
+#include "render.h"
+#include "validate.h"
+
+/* ---------------------------------------------------------------- the loaded library */
+
+typedef int nvrtc_result; /* nvrtcResult: 0 = NVRTC_SUCCESS */
+typedef struct nvrtc_program_st *nvrtc_program;
+
+typedef struct nvrtc_api {
+  const char *(*GetErrorString)(nvrtc_result);
+  nvrtc_result (*Version)(int *, int *);
+  nvrtc_result (*CreateProgram)(nvrtc_program *, const char *, const char *, int, const char *const *,
+                                const char *const *);
+  nvrtc_result (*DestroyProgram)(nvrtc_program *);
+  nvrtc_result (*CompileProgram)(nvrtc_program, int, const char *const *);
+  nvrtc_result (*GetProgramLogSize)(nvrtc_program, size_t *);
+  nvrtc_result (*GetProgramLog)(nvrtc_program, char *);
+  nvrtc_result (*GetCUBINSize)(nvrtc_program, size_t *);
+  nvrtc_result (*GetCUBIN)(nvrtc_program, char *);
+  /* optional (NVRTC >= 11.2) */
+  nvrtc_result (*GetNumSupportedArchs)(int *);
+  nvrtc_result (*GetSupportedArchs)(int *);
+} nvrtc_api;
+
+struct lm_nvrtc {
+  int unused;
+};
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static nvrtc_api api;
+static int loaded;
+static char load_error[2048];
+static char describe[256];
+static int archs[64], narchs = -1; /* -1: NVRTC cannot list them */
+
+/* dlsym into a function pointer (object pointer -> function pointer, as dlsym requires) */
+static void load_sym(void *fn, size_t size, void *lib, const char *name, int required, lm_sb *missing) {
+  void *p = dlsym(lib, name);
+  LM_ASSERT(size == sizeof p);
+  memcpy(fn, &p, sizeof p);
+  if (!p && required) lm_sb_printf(missing, "%s%s", missing->len ? ", " : "", name);
+}
+
+static void load(void) {
+  const char *candidates[8];
+  size_t n = 0;
+  const char *env = getenv("LUMEN_NVRTC");
+  if (env && *env) candidates[n++] = env;
+  else {
+    candidates[n++] = "libnvrtc.so.13";
+    candidates[n++] = "libnvrtc.so.12";
+    candidates[n++] = "libnvrtc.so.11.2";
+    candidates[n++] = "libnvrtc.so";
+#ifdef LUMEN_CUDA_ROOT
+    candidates[n++] = LUMEN_CUDA_ROOT "/lib64/libnvrtc.so";
+#endif
+    candidates[n++] = "/usr/local/cuda/lib64/libnvrtc.so";
+  }
+  lm_sb tried = {0};
+  void *lib = NULL;
+  const char *name = NULL;
+  for (size_t i = 0; i < n && !lib; i++) {
+    lib = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
+    if (lib) name = candidates[i];
+    else {
+      const char *e = dlerror();
+      lm_sb_printf(&tried, "%s%s (%s)", i ? "; " : "", candidates[i], e ? e : "not found");
+    }
+  }
+  if (!lib) {
+    snprintf(load_error, sizeof load_error, "no NVRTC: could not load %s%s", tried.s ? tried.s : "libnvrtc",
+             env && *env ? " ($LUMEN_NVRTC)" : "; set LUMEN_NVRTC to its path");
+    lm_sb_free(&tried);
+    return;
+  }
+  lm_sb_free(&tried);
+  lm_sb missing = {0};
+#define REQ(field, name) load_sym(&api.field, sizeof api.field, lib, name, 1, &missing)
+  REQ(GetErrorString, "nvrtcGetErrorString");
+  REQ(Version, "nvrtcVersion");
+  REQ(CreateProgram, "nvrtcCreateProgram");
+  REQ(DestroyProgram, "nvrtcDestroyProgram");
+  REQ(CompileProgram, "nvrtcCompileProgram");
+  REQ(GetProgramLogSize, "nvrtcGetProgramLogSize");
+  REQ(GetProgramLog, "nvrtcGetProgramLog");
+  REQ(GetCUBINSize, "nvrtcGetCUBINSize");
+  REQ(GetCUBIN, "nvrtcGetCUBIN");
+#undef REQ
+  load_sym(&api.GetNumSupportedArchs, sizeof api.GetNumSupportedArchs, lib, "nvrtcGetNumSupportedArchs", 0, &missing);
+  load_sym(&api.GetSupportedArchs, sizeof api.GetSupportedArchs, lib, "nvrtcGetSupportedArchs", 0, &missing);
+  if (missing.len) {
+    snprintf(load_error, sizeof load_error, "no NVRTC: %s lacks %s (NVRTC 11.1 or newer is needed)", name,
+             missing.s ? missing.s : "symbols");
+    lm_sb_free(&missing);
+    return; /* the library stays loaded: unloading a compiler can leave its threads behind */
+  }
+  lm_sb_free(&missing);
+  int major = 0, minor = 0;
+  api.Version(&major, &minor);
+  snprintf(describe, sizeof describe, "NVRTC %d.%d (%s)", major, minor, name);
+  int k = 0;
+  if (api.GetNumSupportedArchs && api.GetSupportedArchs && api.GetNumSupportedArchs(&k) == 0 && k > 0 &&
+      k <= (int)LM_COUNTOF(archs) && api.GetSupportedArchs(archs) == 0)
+    narchs = k;
+  loaded = 1;
+}
+
+lm_status lm_nvrtc_open(lm_nvrtc **out) {
+  *out = NULL;
+  pthread_once(&load_once, load);
+  if (!loaded) return lm_fail(LM_ERR_UNSUPPORTED, "%s", load_error);
+  lm_nvrtc *nv = lm_calloc(1, sizeof *nv);
+  if (!nv) return LM_ERR_NOMEM;
+  *out = nv;
+  return LM_OK;
+}
+
+void lm_nvrtc_close(lm_nvrtc *nv) { lm_free(nv); }
+
+const char *lm_nvrtc_describe(const lm_nvrtc *nv) { return nv ? describe : ""; }
+
+int lm_nvrtc_supports(const lm_nvrtc *nv, int sm) {
+  if (!nv || narchs < 0) return 1;
+  for (int i = 0; i < narchs; i++)
+    if (archs[i] == sm) return 1;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- compiling */
+
+/* Writes the log and the source to <cache dir>/nvrtc-<hash>.txt (or /tmp); "" if neither works. */
+static void keep_failure(const char *what, const char *arch, const char *log, const char *source, char *path,
+                         size_t cap) {
+  uint64_t h = lm_hash_bytes(source, strlen(source), lm_hash_bytes(arch, strlen(arch), 0));
+  const char *dirs[2] = {lm_cc_cache_dir(), "/tmp"};
+  path[0] = 0;
+  for (int i = 0; i < 2; i++) {
+    mkdir(dirs[i], 0700);
+    snprintf(path, cap, "%s/nvrtc-%016llx.txt", dirs[i], (unsigned long long)h);
+    FILE *f = fopen(path, "w");
+    if (!f) continue;
+    fprintf(f, "NVRTC compile of %s for %s failed\n\n---- log ----\n%s\n---- source ----\n%s", what, arch,
+            log ? log : "", source);
+    if (fclose(f) == 0) return;
+  }
+  path[0] = 0;
+}
+
+/* The one checking funnel for NVRTC calls: names the call and NVRTC's error string. */
+static lm_status nv_check(nvrtc_result r, const char *call, const char *what) {
+  if (r == 0) return LM_OK;
+  return lm_fail(LM_ERR_BACKEND, "NVRTC: %s failed for %s: %s (%d)", call, what, api.GetErrorString(r), r);
+}
+#define NV(call, what) nv_check((call), #call, (what))
+
+lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, const char *arch, lm_cubin *out) {
+  memset(out, 0, sizeof *out);
+  if (!nv || !loaded) return lm_fail(LM_ERR_INVALID, "lm_nvrtc_compile: NVRTC is not open");
+  char opt_arch[64];
+  snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s", arch);
+  const char *opts[] = {opt_arch, "--fmad=false", "-default-device", "--ptxas-options=-v"};
+  nvrtc_program prog = NULL;
+  lm_status st = NV(api.CreateProgram(&prog, source, what, 0, NULL, NULL), what);
+  if (st != LM_OK) return st;
+  nvrtc_result cr = api.CompileProgram(prog, (int)LM_COUNTOF(opts), opts);
+  size_t log_size = 0;
+  if ((st = NV(api.GetProgramLogSize(prog, &log_size), what)) != LM_OK) goto done;
+  st = LM_ERR_NOMEM;
+  if (!(out->log = lm_calloc(log_size + 1, 1))) goto done;
+  if ((st = NV(api.GetProgramLog(prog, out->log), what)) != LM_OK) goto done;
+  if (cr != 0) {
+    char path[4200];
+    keep_failure(what, arch, out->log, source, path, sizeof path);
+    st = lm_fail(LM_ERR_COMPILE, "NVRTC could not compile %s for %s (%s): whole log and source in %s\n---- log ----\n%s\n---- source ----\n%s",
+                 what, arch, api.GetErrorString(cr), path[0] ? path : "(no file could be written)", out->log, source);
+    goto done;
+  }
+  if ((st = NV(api.GetCUBINSize(prog, &out->size), what)) != LM_OK) goto done;
+  st = LM_ERR_NOMEM;
+  if (!(out->data = lm_malloc(out->size ? out->size : 1))) goto done;
+  st = NV(api.GetCUBIN(prog, out->data), what);
+done:
+  api.DestroyProgram(&prog);
+  if (st != LM_OK) lm_cubin_free(out);
+  return st;
+}
+
+void lm_cubin_free(lm_cubin *c) {
+  if (!c) return;
+  lm_free(c->data);
+  lm_free(c->log);
+  memset(c, 0, sizeof *c);
+}
+
+/* ---------------------------------------------------------------- ptxas -v */
+
+/* The number before `unit` on the line starting at p (up to its end), or -1. */
+static int number_before(const char *p, const char *end, const char *unit) {
+  size_t ul = strlen(unit);
+  for (const char *q = p; q + ul <= end; q++) {
+    if (strncmp(q, unit, ul)) continue;
+    const char *d = q;
+    while (d > p && d[-1] == ' ') d--;
+    const char *s = d;
+    while (s > p && s[-1] >= '0' && s[-1] <= '9') s--;
+    if (s == d) continue;
+    return atoi(s);
+  }
+  return -1;
+}
+
+/* ptxas -v prints, per entry function:
+ *   ptxas info    : Compiling entry function 'NAME' for 'sm_90'
+ *   ptxas info    : Function properties for NAME
+ *       0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ *   ptxas info    : Used 24 registers, used 0 barriers, 384 bytes cmem[0]  */
+lm_status lm_ptxas_info_parse(const char *log, const char *entry, lm_ptxas_info *out) {
+  *out = (lm_ptxas_info){-1, -1, -1, -1};
+  if (!log || !entry) return lm_fail(LM_ERR_INVALID, "ptxas info: no log");
+  char head[160];
+  snprintf(head, sizeof head, "Compiling entry function '%s'", entry);
+  const char *p = strstr(log, head);
+  if (!p) return lm_fail(LM_ERR_INVALID, "ptxas info: the log has no entry function '%s'", entry);
+  p += strlen(head);
+  /* this entry's lines run to the next "Compiling entry function" */
+  const char *stop = strstr(p, "Compiling entry function");
+  if (!stop) stop = p + strlen(p);
+  for (const char *line = p; line < stop;) {
+    const char *eol = memchr(line, '\n', (size_t)(stop - line));
+    if (!eol) eol = stop;
+    int v;
+    if ((v = number_before(line, eol, "bytes stack frame")) >= 0) out->stack_bytes = v;
+    if ((v = number_before(line, eol, "bytes spill stores")) >= 0) out->spill_stores = v;
+    if ((v = number_before(line, eol, "bytes spill loads")) >= 0) out->spill_loads = v;
+    if ((v = number_before(line, eol, "registers")) >= 0 && strstr(line, "Used") && strstr(line, "Used") < eol)
+      out->registers = v;
+    line = eol + 1;
+  }
+  if (out->registers < 0) return lm_fail(LM_ERR_INVALID, "ptxas info: no register count for '%s'", entry);
+  if (out->stack_bytes < 0) out->stack_bytes = 0; /* ptxas omits the properties line for trivial kernels */
+  if (out->spill_stores < 0) out->spill_stores = 0;
+  if (out->spill_loads < 0) out->spill_loads = 0;
+  return LM_OK;
+}
+
+/* ---------------------------------------------------------------- compile-only */
+
+static const char *const target_names[LM_TARGET_COUNT] = {"cuda", "opencl", "c"};
+
+lm_status lm_target_parse(const char *name, lm_target *out) {
+  for (int i = 0; i < LM_TARGET_COUNT; i++)
+    if (name && !strcmp(name, target_names[i])) {
+      *out = (lm_target)i;
+      return LM_OK;
+    }
+  return lm_fail(LM_ERR_INVALID, "unknown target '%s' (targets: cuda, opencl, c)", name ? name : "(null)");
+}
+
+const char *lm_target_name(lm_target t) { return (unsigned)t < LM_TARGET_COUNT ? target_names[t] : "unknown"; }
+
+void lm_compile_report_free(lm_compile_report *r) {
+  if (!r) return;
+  lm_free(r->kernels);
+  memset(r, 0, sizeof *r);
+}
+
+/* The scan info of a trainer graph (over the symbol "T"), as lm_program_new_scan makes it. */
+static lm_status scan_of(const lm_train_graph *tg, uint8_t *per_step, lm_scan_info *scan) {
+  lm_graph_t *g = tg->g;
+  *scan = (lm_scan_info){0};
+  if (!tg->scan) return LM_OK;
+  int sym = lm_x_symbol(&g->x, "T", 1);
+  if (sym < 0) return lm_fail(LM_ERR_NOMEM, "%s: no room for the symbol T", tg->name);
+  for (int i = 0; i < tg->n_per_step; i++) {
+    size_t k = 0;
+    while (k < g->ninputs && strcmp(g->inputs[k].name, tg->per_step[i])) k++;
+    if (k == g->ninputs) return lm_fail(LM_ERR_INVALID, "%s: per-step input '%s' is no input", tg->name, tg->per_step[i]);
+    per_step[k] = 1;
+  }
+  *scan = (lm_scan_info){1, sym, tg->reverse, per_step};
+  return LM_OK;
+}
+
+static lm_status add_report(lm_compile_report *r, size_t *cap, const char *graph, const char *kernel) {
+  if (r->n == *cap) {
+    size_t nc = *cap ? 2 * *cap : 32;
+    lm_kernel_report *k = lm_realloc(r->kernels, nc * sizeof *k);
+    if (!k) return LM_ERR_NOMEM;
+    r->kernels = k;
+    *cap = nc;
+  }
+  lm_kernel_report *k = &r->kernels[r->n++];
+  memset(k, 0, sizeof *k);
+  snprintf(k->graph, sizeof k->graph, "%s", graph);
+  snprintf(k->kernel, sizeof k->kernel, "%s", kernel);
+  k->registers = k->stack_bytes = k->spill_stores = k->spill_loads = -1;
+  return LM_OK;
+}
+
+typedef struct compilers {
+  lm_nvrtc *nv;
+  lm_cc *cc;
+} compilers;
+
+/* Compiles one rendered plan; fills the kernels' reports. */
+static lm_status compile_plan(compilers *cs, lm_target target, const char *arch, const char *what, const char *graph,
+                              const lm_plan *plan, lm_compile_report *r, size_t *cap, char *desc, size_t desc_cap) {
+  static const lm_dialect dialect[LM_TARGET_COUNT] = {LM_DIALECT_CUDA, LM_DIALECT_OPENCL, LM_DIALECT_C};
+  char *src = lm_render_plan(plan, dialect[target]);
+  if (!src) return LM_ERR_INVALID;
+  lm_dump_source(target_names[target], target == LM_TARGET_CUDA ? "cu" : target == LM_TARGET_OPENCL ? "cl" : "c", src,
+                 plan);
+  lm_status st = LM_OK;
+  lm_cubin cubin = {0};
+  if (target == LM_TARGET_CUDA) st = lm_nvrtc_compile(cs->nv, src, what, arch, &cubin);
+  else if (target == LM_TARGET_OPENCL) st = lm_opencl_build_check(src, what, desc, desc_cap);
+  else {
+    lm_cc_lib *lib = NULL;
+    st = lm_cc_build(cs->cc, src, &lib);
+    if (lib) lm_cc_lib_close(lib);
+  }
+  for (size_t i = 0; i < plan->nkernels && st == LM_OK; i++) {
+    char name[48];
+    lm_render_entry_name(&plan->kernels[i], name, sizeof name);
+    if ((st = add_report(r, cap, graph, name)) != LM_OK) break;
+    if (target != LM_TARGET_CUDA) continue;
+    lm_ptxas_info pi;
+    if ((st = lm_ptxas_info_parse(cubin.log, name, &pi)) != LM_OK) break;
+    lm_kernel_report *k = &r->kernels[r->n - 1];
+    k->registers = pi.registers;
+    k->stack_bytes = pi.stack_bytes;
+    k->spill_stores = pi.spill_stores;
+    k->spill_loads = pi.spill_loads;
+  }
+  lm_cubin_free(&cubin);
+  lm_free(src);
+  return st;
+}
+
+lm_status lm_compile_iteration(const char *env, lm_target target, const char *arch, lm_compile_report *out) {
+  memset(out, 0, sizeof *out);
+  if ((unsigned)target >= LM_TARGET_COUNT) return lm_fail(LM_ERR_INVALID, "compile: bad target %d", (int)target);
+  if (!arch || !*arch) arch = "sm_90";
+  int sm = 0;
+  if (target == LM_TARGET_CUDA && (sscanf(arch, "sm_%d", &sm) != 1 || sm < 10))
+    return lm_fail(LM_ERR_INVALID, "compile: --arch wants sm_XX (e.g. sm_90), got '%s'", arch);
+  const lm_env_spec *spec = lm_env_find(env);
+  if (!spec) return LM_ERR_INVALID;
+  compilers cs = {0};
+  lm_status st = LM_OK;
+  if (target == LM_TARGET_CUDA) {
+    if ((st = lm_nvrtc_open(&cs.nv)) != LM_OK) return st;
+    if (!lm_nvrtc_supports(cs.nv, sm)) {
+      st = lm_fail(LM_ERR_UNSUPPORTED, "compile: %s cannot make CUBIN for %s", lm_nvrtc_describe(cs.nv), arch);
+      lm_nvrtc_close(cs.nv);
+      return st;
+    }
+    snprintf(out->compiler, sizeof out->compiler, "%s for %s", lm_nvrtc_describe(cs.nv), arch);
+  } else if (target == LM_TARGET_C) {
+    if ((st = lm_cc_open(&cs.cc)) != LM_OK) return st;
+    snprintf(out->compiler, sizeof out->compiler, "%s", lm_cc_describe(cs.cc));
+  }
+  lm_ppo_config cfg = lm_ppo_defaults(spec);
+  lm_train_graph tg[8];
+  int ng = lm_trainer_graphs(spec, &cfg, tg, (int)LM_COUNTOF(tg));
+  if (ng < 0) st = LM_ERR_INVALID;
+  size_t cap = 0;
+  for (int i = 0; i < ng && st == LM_OK; i++) {
+    lm_graph_t *g = tg[i].g;
+    uint8_t *per_step = lm_calloc(g->ninputs + 1, 1);
+    lm_scan_info scan;
+    lm_compiled comp = {0};
+    char what[96];
+    snprintf(what, sizeof what, "%s/%s", spec->name, tg[i].name);
+    if (!per_step) st = LM_ERR_NOMEM;
+    if (st == LM_OK) st = lm_graph_validate(g);
+    if (st == LM_OK) st = scan_of(&tg[i], per_step, &scan);
+    if (st == LM_OK) st = lm_compile(g, &scan, &comp);
+    if (st == LM_OK)
+      st = compile_plan(&cs, target, arch, what, tg[i].name, comp.plan, out, &cap, out->compiler, sizeof out->compiler);
+    lm_compiled_free(&comp);
+    lm_free(per_step);
+  }
+  for (int i = 0; i < ng; i++) lm_graph_free(tg[i].g);
+  if (cs.nv) lm_nvrtc_close(cs.nv);
+  if (cs.cc) lm_cc_close(cs.cc);
+  return st;
+}

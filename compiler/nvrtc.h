@@ -1,0 +1,97 @@
+/* compiler/nvrtc.h — NVRTC loaded at run time (never linked): CUDA C++ to CUBIN for one sm_XX,
+ * with the ptxas figures (registers, stack, spills) of every entry function parsed from its log;
+ * and the compile-only path of `rltrain compile`: every kernel of a training iteration built for
+ * a target (cuda through NVRTC, opencl through the OpenCL backend, c through the system compiler),
+ * with no device needed for cuda. Only public lumen types cross this header, so the CLI (outside
+ * the library) can use it. Never prints or exits. */
+#ifndef LUMEN_NVRTC_H
+#define LUMEN_NVRTC_H
+
+#include <stddef.h>
+
+#include "lumen/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- NVRTC ---- */
+typedef struct lm_nvrtc lm_nvrtc;
+
+/* Loads NVRTC: $LUMEN_NVRTC (a path) if set, else libnvrtc.so.13/.12/.11.2/libnvrtc.so from the
+ * loader path, else <cuda root>/lib64. The library stays loaded for the life of the process.
+ * LM_ERR_UNSUPPORTED ("no NVRTC: ...", naming every file tried) when none loads. */
+lm_status lm_nvrtc_open(lm_nvrtc **out);
+void lm_nvrtc_close(lm_nvrtc *nv);
+/* "NVRTC 13.0 (libnvrtc.so.13)"; valid until lm_nvrtc_close. */
+const char *lm_nvrtc_describe(const lm_nvrtc *nv);
+/* 1 when this NVRTC makes CUBIN for sm_<sm> (e.g. 90); 1 too when it cannot say (old NVRTC). */
+int lm_nvrtc_supports(const lm_nvrtc *nv, int sm);
+
+/* A compiled module: the CUBIN bytes and NVRTC's whole log (ptxas -v output included). */
+typedef struct lm_cubin {
+  void *data;
+  size_t size;
+  char *log;
+} lm_cubin;
+
+/* Compiles `source` (name `what`, used in messages and file names) to CUBIN for `arch` ("sm_90")
+ * with --fmad=false -default-device --ptxas-options=-v. On failure LM_ERR_COMPILE; the message
+ * names a file holding the whole log and source (<lumen cache dir>/nvrtc-<hash>.txt), then
+ * carries the log and the source themselves (lm_last_error keeps the first 4 KB). */
+lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, const char *arch, lm_cubin *out);
+void lm_cubin_free(lm_cubin *c);
+
+/* What ptxas said about one entry function. */
+typedef struct lm_ptxas_info {
+  int registers;
+  int stack_bytes;  /* stack frame (local arrays indexed at run time live here) */
+  int spill_stores; /* bytes */
+  int spill_loads;  /* bytes */
+} lm_ptxas_info;
+
+/* Parses the ptxas -v lines of `entry` out of an NVRTC log. LM_ERR_INVALID when the log has
+ * no such entry. */
+lm_status lm_ptxas_info_parse(const char *log, const char *entry, lm_ptxas_info *out);
+
+/* ---- compile-only: every kernel of a training iteration ---- */
+typedef enum lm_target {
+  LM_TARGET_CUDA,   /* NVRTC to CUBIN for an sm_XX (no device needed) */
+  LM_TARGET_OPENCL, /* clBuildProgram on the first OpenCL device (needs a platform) */
+  LM_TARGET_C,      /* the system C compiler (compiler/cc.h) */
+  LM_TARGET_COUNT
+} lm_target;
+
+/* "cuda", "opencl" or "c"; LM_ERR_INVALID (naming the choices) otherwise. */
+lm_status lm_target_parse(const char *name, lm_target *out);
+const char *lm_target_name(lm_target t);
+
+typedef struct lm_kernel_report {
+  char graph[24];  /* "rollout", "prep", "gae", "update" */
+  char kernel[48]; /* the entry name */
+  /* from ptxas (cuda); -1 where the target does not say */
+  int registers, stack_bytes, spill_stores, spill_loads;
+} lm_kernel_report;
+
+typedef struct lm_compile_report {
+  lm_kernel_report *kernels;
+  size_t n;
+  char compiler[256]; /* which compiler built them, e.g. "NVRTC 13.0 (libnvrtc.so.13) for sm_90" */
+} lm_compile_report;
+
+/* Builds lm_trainer_graphs(env, lm_ppo_defaults(env)), compiles each graph with the shared front
+ * (compile.h: canonicalise, lower, fuse scans), renders it in the target's dialect and compiles
+ * the whole translation unit, one per graph. `arch` (cuda only; NULL = "sm_90"). On a compile
+ * failure: LM_ERR_COMPILE with the log (and the report holds the kernels before it). */
+lm_status lm_compile_iteration(const char *env, lm_target target, const char *arch, lm_compile_report *out);
+void lm_compile_report_free(lm_compile_report *r);
+
+/* Provided by compiler/backends/opencl.c: builds OpenCL C source on the device the opencl
+ * backend would pick, discarding the program; LM_ERR_UNSUPPORTED when there is no platform,
+ * LM_ERR_COMPILE with the build log. `describe` receives the device and platform. */
+lm_status lm_opencl_build_check(const char *source, const char *what, char *describe, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
