@@ -14,6 +14,7 @@ lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled 
   out->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL);
   if (!out->g) return LM_ERR_INVALID;
   lm_status st = lm_lower(out->g, &out->plan);
+  if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
   if (st == LM_OK && scan && scan->active) {
     lm_plan *fused = NULL;
     st = lm_scan_fuse(out->plan, scan->sym_T, scan->reverse, scan->per_step, &fused);
@@ -23,7 +24,6 @@ lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled 
       out->fused = 1;
     } else if (st == LM_ERR_UNSUPPORTED) st = LM_OK; /* the step plan runs T times */
   }
-  if (st == LM_OK && !out->fused && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
   if (st != LM_OK) lm_compiled_free(out);
   return st;
 }

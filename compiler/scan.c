@@ -26,6 +26,7 @@ typedef struct fuse {
   size_t vmapcap;
   uint32_t *smap;      /* step kernel statement -> new statement */
   size_t smapcap;
+  uint32_t local_base; /* the step kernel's local arrays start here in the fused kernel */
   int ok;
 } fuse;
 
@@ -68,7 +69,7 @@ static int classify(fuse *f, const uint8_t *per_step) {
     for (size_t s = 0; s < k->nstmts; s++) {
       const lm_stmt *st = &k->stmts[s];
       if (st->op != LM_S_LOAD && st->op != LM_S_STORE) continue;
-      if (st->local) return 0;
+      if (st->local) continue; /* a kernel's own local array: private to the env already */
       bufinfo *bi = &f->bi[st->buf];
       if (st->op == LM_S_STORE) bi->written = 1;
       if (bi->envwise && !envwise_access(x, k, st->idx, bi->stride)) return 0;
@@ -124,7 +125,10 @@ static void copy_block(fuse *f, const lm_kernel *k, const lm_block *b, int32_t t
     s.b = f->smap[s.b];
     lm_expr idx = lm_x_subst(x, s.idx, f->vmap, (int)k->nloops);
     s.valid = s.valid ? lm_x_simplify(x, lm_x_subst(x, s.valid, f->vmap, (int)k->nloops), NULL) : 0;
-    if (s.op == LM_S_LOAD || s.op == LM_S_STORE) s = map_access(f, s, idx);
+    if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && s.local) { /* the step kernel's own array */
+      s.buf += f->local_base;
+      s.idx = lm_x_simplify(x, idx, NULL);
+    } else if (s.op == LM_S_LOAD || s.op == LM_S_STORE) s = map_access(f, s, idx);
     else if (s.op == LM_S_RAND) {
       s.idx = lm_x_simplify(x, idx, NULL);
       s.step = f->t;
@@ -204,6 +208,11 @@ lm_status lm_scan_fuse(const lm_plan *sp, int sym_T, int reverse, const uint8_t 
     memset(f.vmap, 0, (sk->nloops + 1) * sizeof *f.vmap);
     memset(f.smap, 0, (sk->nstmts + 1) * sizeof *f.smap);
     f.vmap[0] = lm_x_var(x, env);
+    f.local_base = (uint32_t)k->nlocals;
+    for (size_t l = 0; l < sk->nlocals; l++) {
+      if (!LM_GROW(k->locals, k->localcap, k->nlocals + 1)) goto done;
+      k->locals[k->nlocals++] = sk->locals[l];
+    }
     copy_block(&f, sk, &sk->root, tl);
   }
   for (size_t i = 0; i < sp->ncopies && f.ok; i++) { /* the step's assigns, for this env */

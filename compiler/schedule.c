@@ -80,9 +80,10 @@ static int eligible(const lm_kernel *k, lm_exprs *x, int32_t p, int64_t *extent)
       if (tail || s->f != 0.0f) return 0; /* sums only */
       continue;
     }
-    if (!loops) return 0; /* work before the reductions would need its own array */
-    tail = 1;
-    if (s->op == LM_S_RAND) return 0;
+    if (s->op == LM_S_RAND || s->op == LM_S_STORE) {
+      if (!loops) return 0;
+    }
+    if (loops) tail = 1; /* statements before the reductions (read only after them) join the tail */
   }
   return loops > 0;
 }
@@ -159,7 +160,6 @@ static void rebuild_p(ic *c, int32_t target) {
                   .valid = lm_x_const(x, 1)};
     add(c, st);
   }
-  int32_t tail = -1;
   for (size_t i = 0; i < lp->body.n && c->ok; i++) {
     lm_item it = lp->body.items[i];
     if (it.is_loop) { /* for k: for p: body */
@@ -171,9 +171,13 @@ static void rebuild_p(ic *c, int32_t target) {
       if (pl < 0) return;
       c->vmap[c->p] = lm_x_var(x, pl);
       copy_block(c, &r->body, pl, c->vmap[c->p]);
-      continue;
     }
-    if (k->stmts[it.id].op == LM_S_ACC) continue;
+  }
+  /* then everything else of p's block, in order, over p once more */
+  int32_t tail = -1;
+  for (size_t i = 0; i < lp->body.n && c->ok; i++) {
+    lm_item it = lp->body.items[i];
+    if (it.is_loop || k->stmts[it.id].op == LM_S_ACC) continue;
     if (tail < 0) {
       if ((tail = new_loop(c, target, lp->extent, LM_L_SERIAL)) < 0) return;
       c->vmap[c->p] = lm_x_var(x, tail);

@@ -806,9 +806,13 @@ Test(cli, a_file_for_another_env_unknown_envs_and_unreadable_files_are_clear_err
   cr_assert_eq(rltrain("record cartpole /tmp/x.csv --episodes 0", out, sizeof out), 2, "%s", out);
 }
 
-Test(cli, training_says_it_is_not_available_yet_and_help_and_version_work) {
-  cr_assert_eq(rltrain("cartpole", out, sizeof out), 2, "%s", out);
-  cr_assert(strstr(out, "not available"), "%s", out);
+Test(cli, unknown_envs_and_options_are_refused_and_help_and_version_work) {
+  cr_assert_eq(rltrain("cartpole --help", out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "--total-steps") && strstr(out, "--stepper"), "%s", out);
+  cr_assert_eq(rltrain("cartpole --no-such-option 1", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "unknown option --no-such-option"), "%s", out);
+  cr_assert_eq(rltrain("cartpole --envs zero", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "--envs expects a number"), "%s", out);
   cr_assert_eq(rltrain("nosuchenv", out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "unknown environment"), "%s", out);
   cr_assert_eq(rltrain("--help", out, sizeof out), 0, "%s", out);

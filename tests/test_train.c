@@ -1,0 +1,232 @@
+/* tests/test_train.c — the PPO trainer: the device and host steppers give the same run, a
+ * resumed run equals an uninterrupted one, checkpoints refuse corruption and mismatches,
+ * orthogonal initialisation, and the rollout is one kernel. */
+#define _DEFAULT_SOURCE
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lumen/lumen.h"
+
+static lm_backend_t *cpu(void) {
+  lm_backend_t *b = lm_backend_new("cpu");
+  cr_assert(b, "cpu backend: %s", lm_last_error());
+  return b;
+}
+
+static lm_ppo_config small(const lm_env_spec *env) {
+  lm_ppo_config c = lm_ppo_defaults(env);
+  c.n_envs = 8;
+  c.horizon = 32;
+  c.minibatches = 2;
+  c.epochs = 2;
+  c.total_steps = 8 * 32 * 20;
+  return c;
+}
+
+static lm_trainer *trainer(lm_backend_t *b, const char *env, lm_ppo_config *c) {
+  const lm_env_spec *e = lm_env_find(env);
+  cr_assert(e);
+  lm_trainer *t = lm_trainer_new(b, e, c);
+  cr_assert(t, "trainer: %s", lm_last_error());
+  return t;
+}
+
+static void iterate(lm_trainer *t, int n, lm_iter_stats *last) {
+  for (int i = 0; i < n; i++) cr_assert_eq(lm_trainer_iterate(t, last), LM_OK, "%s", lm_last_error());
+}
+
+/* Reads every parameter of the policy that the trainer updates. */
+static float *weights(lm_trainer *t, size_t *n) {
+  const lm_policy *p = lm_rollout_policy(lm_trainer_rollout(t));
+  lm_program_t *prog = lm_trainer_config(t)->stepper == LM_STEPPER_HOST ? lm_rollout_policy_program(lm_trainer_rollout(t))
+                                                                           : lm_rollout_program(lm_trainer_rollout(t));
+  size_t total = 0;
+  for (int i = 0; i < p->nparams; i++) total += lm_policy_param_size(p, i);
+  float *w = malloc(total * sizeof *w);
+  size_t at = 0;
+  for (int i = 0; i < p->nparams; i++) {
+    size_t k = lm_policy_param_size(p, i);
+    cr_assert_eq(lm_program_read(prog, p->name[i], w + at, k), LM_OK, "%s", lm_last_error());
+    at += k;
+  }
+  *n = total;
+  return w;
+}
+
+Test(train, the_cartpole_rollout_is_one_kernel_and_the_iteration_reports_its_kernels) {
+  lm_backend_t *b = cpu();
+  lm_ppo_config c = small(lm_env_find("cartpole"));
+  lm_trainer *t = trainer(b, "cartpole", &c);
+  lm_program_stats s;
+  cr_assert_eq(lm_program_get_stats(lm_rollout_program(lm_trainer_rollout(t)), &s), LM_OK);
+  cr_assert_eq(s.kernels, 1, "the rollout scan took %d kernels", s.kernels);
+  cr_assert_eq(s.arena_bytes, 0, "the fused rollout keeps its intermediates in registers");
+  cr_assert_gt(lm_trainer_kernels_per_iteration(t), 1);
+  lm_trainer_free(t);
+  lm_backend_free(b);
+}
+
+Test(train, device_and_host_steppers_produce_the_same_run) {
+  lm_backend_t *b = cpu();
+  lm_ppo_config c = small(lm_env_find("cartpole"));
+  lm_trainer *dev = trainer(b, "cartpole", &c);
+  c.stepper = LM_STEPPER_HOST;
+  lm_trainer *host = trainer(b, "cartpole", &c);
+  for (int i = 0; i < 3; i++) {
+    lm_iter_stats a, h;
+    iterate(dev, 1, &a);
+    iterate(host, 1, &h);
+    cr_assert_eq(a.episodes, h.episodes, "iteration %d: %g vs %g episodes", i, a.episodes, h.episodes);
+    cr_assert_float_eq(a.mean_return, h.mean_return, 1e-9, "iteration %d", i);
+    cr_assert(fabsf(a.loss - h.loss) <= 1e-5f * fabsf(a.loss) + 1e-6f, "iteration %d: loss %g vs %g", i, a.loss, h.loss);
+  }
+  size_t n1, n2;
+  float *w1 = weights(dev, &n1), *w2 = weights(host, &n2);
+  cr_assert_eq(n1, n2);
+  for (size_t i = 0; i < n1; i++) cr_assert(fabsf(w1[i] - w2[i]) <= 1e-5f, "weight %zu: %g vs %g", i, w1[i], w2[i]);
+  free(w1), free(w2);
+  lm_trainer_free(dev);
+  lm_trainer_free(host);
+  lm_backend_free(b);
+}
+
+static void resume_equals_uninterrupted(const char *env, lm_stepper stepper) {
+  lm_backend_t *b = cpu();
+  lm_ppo_config c = small(lm_env_find(env));
+  c.stepper = stepper;
+  char path[] = "/tmp/lumen-ckpt-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  lm_iter_stats s1, s2;
+  lm_trainer *whole = trainer(b, env, &c);
+  iterate(whole, 4, &s1);
+  lm_trainer *first = trainer(b, env, &c);
+  iterate(first, 2, &s2);
+  cr_assert_eq(lm_trainer_save(first, path), LM_OK, "%s", lm_last_error());
+  lm_trainer_free(first);
+  lm_trainer *second = trainer(b, env, &c);
+  cr_assert_eq(lm_trainer_load(second, path), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_trainer_iterations(second), 2);
+  iterate(second, 2, &s2);
+  cr_assert_eq(s1.env_steps, s2.env_steps);
+  cr_assert_eq(s1.episodes, s2.episodes);
+  cr_assert_eq(s1.loss, s2.loss, "loss %.9g vs %.9g", s1.loss, s2.loss);
+  size_t n1, n2;
+  float *w1 = weights(whole, &n1), *w2 = weights(second, &n2);
+  cr_assert_eq(memcmp(w1, w2, n1 * sizeof *w1), 0, "resumed weights differ from the uninterrupted run");
+  free(w1), free(w2);
+  lm_trainer_free(whole);
+  lm_trainer_free(second);
+  lm_backend_free(b);
+  unlink(path);
+}
+
+Test(train, a_resumed_run_equals_an_uninterrupted_one) { resume_equals_uninterrupted("cartpole", LM_STEPPER_DEVICE); }
+Test(train, a_resumed_host_stepped_gaussian_run_equals_an_uninterrupted_one) {
+  resume_equals_uninterrupted("pendulum", LM_STEPPER_HOST);
+}
+
+Test(train, corrupt_truncated_and_mismatched_checkpoints_are_refused) {
+  lm_backend_t *b = cpu();
+  lm_ppo_config c = small(lm_env_find("cartpole"));
+  lm_trainer *t = trainer(b, "cartpole", &c);
+  char path[] = "/tmp/lumen-ckpt-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  cr_assert_eq(lm_trainer_save(t, path), LM_OK, "%s", lm_last_error());
+  FILE *f = fopen(path, "rb");
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  rewind(f);
+  unsigned char *data = malloc((size_t)size);
+  cr_assert_eq(fread(data, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  /* truncated */
+  f = fopen(path, "wb");
+  fwrite(data, 1, (size_t)size / 2, f);
+  fclose(f);
+  cr_assert_eq(lm_trainer_load(t, path), LM_ERR_CORRUPT);
+  cr_assert(strstr(lm_last_error(), "checksum") || strstr(lm_last_error(), "truncated"), "%s", lm_last_error());
+  /* one flipped byte */
+  data[size / 3] ^= 0x40;
+  f = fopen(path, "wb");
+  fwrite(data, 1, (size_t)size, f);
+  fclose(f);
+  cr_assert_eq(lm_trainer_load(t, path), LM_ERR_CORRUPT, "%s", lm_last_error());
+  /* not a checkpoint */
+  f = fopen(path, "wb");
+  fputs("hello", f);
+  fclose(f);
+  cr_assert_eq(lm_trainer_load(t, path), LM_ERR_CORRUPT);
+  cr_assert(strstr(lm_last_error(), "not a lumen checkpoint"), "%s", lm_last_error());
+  /* another env's checkpoint */
+  lm_ppo_config c2 = small(lm_env_find("acrobot"));
+  lm_trainer *other = trainer(b, "acrobot", &c2);
+  cr_assert_eq(lm_trainer_save(other, path), LM_OK);
+  cr_assert_eq(lm_trainer_load(t, path), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "acrobot"), "%s", lm_last_error());
+  /* another shape */
+  lm_ppo_config c3 = small(lm_env_find("cartpole"));
+  c3.n_envs = 16;
+  lm_trainer *wide = trainer(b, "cartpole", &c3);
+  cr_assert_eq(lm_trainer_save(wide, path), LM_OK);
+  cr_assert_eq(lm_trainer_load(t, path), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "shape"), "%s", lm_last_error());
+  /* a missing file */
+  cr_assert_eq(lm_trainer_load(t, "/nonexistent/lumen.ckpt"), LM_ERR_IO);
+  free(data);
+  lm_trainer_free(wide);
+  lm_trainer_free(other);
+  lm_trainer_free(t);
+  lm_backend_free(b);
+  unlink(path);
+}
+
+Test(train, orthogonal_initialisation_has_orthonormal_columns_scaled_by_the_gain) {
+  lm_backend_t *b = cpu();
+  lm_graph_t *g = lm_graph_new();
+  lm_policy p;
+  lm_policy_config cfg = lm_policy_default();
+  lm_space act = {.kind = LM_SPACE_DISCRETE, .n = 2};
+  cr_assert_eq(lm_policy_build(g, &cfg, 4, &act, &p), LM_OK);
+  lm_program_t *prog = lm_program_new(b, g);
+  cr_assert(prog, "%s", lm_last_error());
+  cr_assert_eq(lm_policy_init(&p, prog, 7), LM_OK, "%s", lm_last_error());
+  for (int i = 0; i < p.nparams; i++) {
+    size_t n = lm_policy_param_size(&p, i);
+    float *w = malloc(n * sizeof *w);
+    cr_assert_eq(lm_program_read(prog, p.name[i], w, n), LM_OK);
+    if (!p.cols[i]) {
+      for (size_t k = 0; k < n; k++) cr_assert_eq(w[k], 0.0f, "%s is a bias: zero", p.name[i]);
+    } else {
+      /* [rows, cols] with the smaller side orthonormal (times the gain) */
+      int r = p.rows[i], c = p.cols[i], small_side = r < c ? r : c;
+      for (int a = 0; a < small_side; a++)
+        for (int bb = 0; bb < small_side; bb++) {
+          double dot = 0;
+          for (int k = 0; k < (r < c ? c : r); k++)
+            dot += r < c ? (double)w[a * c + k] * w[bb * c + k] : (double)w[k * c + a] * w[k * c + bb];
+          double want = a == bb ? (double)p.gain[i] * p.gain[i] : 0.0;
+          cr_assert(fabs(dot - want) < 1e-4 * (1 + want), "%s: <%d,%d> = %g, want %g", p.name[i], a, bb, dot, want);
+        }
+    }
+    free(w);
+  }
+  lm_program_free(prog);
+  lm_graph_free(g);
+  lm_backend_free(b);
+}
+
+Test(train, bad_shapes_are_refused_with_a_message) {
+  lm_backend_t *b = cpu();
+  lm_ppo_config c = small(lm_env_find("cartpole"));
+  c.minibatches = 7; /* 8*32 does not split into 7 */
+  cr_assert_null(lm_trainer_new(b, lm_env_find("cartpole"), &c));
+  cr_assert(strstr(lm_last_error(), "minibatches"), "%s", lm_last_error());
+  lm_backend_free(b);
+}
