@@ -35,10 +35,15 @@ static const char opencl_prelude[] =
     "/* lumen kernels: OpenCL C 1.2 dialect */\n"
     "#pragma OPENCL FP_CONTRACT OFF\n";
 
+/* Metal contracts a*b+c into an FMA even with fast math off (MTLMathModeSafe): only the
+ * contract pragma keeps the reference's separate roundings. Compilers that do not know a
+ * pragma ignore it. */
 static const char msl_prelude[] =
     "/* lumen kernels: Metal Shading Language dialect (compile with fast math off) */\n"
     "#include <metal_stdlib>\n"
-    "using namespace metal;\n";
+    "using namespace metal;\n"
+    "#pragma METAL fp math_mode(safe)\n"
+    "#pragma METAL fp contract(off)\n";
 
 static const lm_dialect_info dialects[] = {
     [LM_DIALECT_C] = {

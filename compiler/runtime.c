@@ -8,6 +8,7 @@
 #include "validate.h"
 
 static const lm_backend_ops *const registry[] = {
+    &lm_backend_metal,
     &lm_backend_cpu,
     &lm_backend_ref,
 };

@@ -54,5 +54,6 @@ typedef struct lm_backend_ops {
 
 extern const lm_backend_ops lm_backend_ref;
 extern const lm_backend_ops lm_backend_cpu;
+extern const lm_backend_ops lm_backend_metal;
 
 #endif
