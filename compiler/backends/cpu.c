@@ -185,7 +185,8 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
     const lm_pbuf *b = &plan->bufs[i];
     x->bufs[i] = b->kind == LM_BUF_INPUT    ? args->inputs[b->index]
                  : b->kind == LM_BUF_OUTPUT ? args->outputs[b->index]
-                                            : (float *)(void *)(x->arena + x->layout.offset[i]);
+                 : x->arena                 ? (float *)(void *)(x->arena + x->layout.offset[i])
+                                            : NULL; /* no temporaries live in memory */
   }
   uint64_t rng[2] = {args->seed, args->run};
   for (size_t i = 0; i < plan->nkernels; i++) {
