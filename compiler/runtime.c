@@ -395,11 +395,13 @@ lm_backend_t *lm_backend_open(const char *name, char *why, size_t why_cap) {
   for (size_t i = 0; i < LM_COUNTOF(registry); i++) {
     lm_backend_t *b = lm_backend_new(registry[i]->name);
     if (b) {
-      if (why && why_cap) snprintf(why, why_cap, "%s: %s%s", registry[i]->name, note[0] ? "" : "first available", note);
+      if (why && why_cap)
+        snprintf(why, why_cap, "%s, the first backend this machine can run%s%s%s", registry[i]->name,
+                 note[0] ? " (" : "", note, note[0] ? ")" : "");
       return b;
     }
     size_t used = strlen(note);
-    snprintf(note + used, sizeof note - used, "%s%s unavailable (%s)", used ? "; " : "", registry[i]->name, lm_last_error());
+    snprintf(note + used, sizeof note - used, "%s%s unavailable: %s", used ? "; " : "", registry[i]->name, lm_last_error());
   }
   lm_fail(LM_ERR_UNSUPPORTED, "no backend could be opened: %s", note);
   return NULL;

@@ -8,5 +8,6 @@ int lm_cli_train(const char *env, int argc, char **argv);   /* rltrain ENV [opti
 int lm_cli_eval(int argc, char **argv);                     /* rltrain eval CKPT */
 int lm_cli_compile(int argc, char **argv);                  /* rltrain compile ENV --target T */
 int lm_cli_view(int argc, char **argv);                     /* rltrain view CKPT|ENV */
+int lm_cli_plot(int argc, char **argv);                     /* rltrain plot RUN_DIR|LOG.csv */
 
 #endif

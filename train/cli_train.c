@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "lumen/lumen.h"
+#include "lumen/viz.h"
 
 static double now(void) {
   struct timespec ts;
@@ -35,10 +36,12 @@ static void train_usage(FILE *out) {
         "  --gamma X --gae-lambda X --epochs K --minibatches K --clip X --ent-coef X\n"
         "  --vf-coef X --max-grad-norm X --hidden 64,64 --activation tanh|relu --shared\n"
         "  --no-stop           keep training after the env's threshold is reached\n"
+        "  --view              watch the current policy in a window while training (q closes it)\n"
         "  --checkpoint-every K  iterations between checkpoints (default 10)\n"
         "  --quiet             no per-iteration output\n"
         "\n"
-        "Writes DIR/log.csv, DIR/summary.json, DIR/checkpoints/step-<n>.ckpt, DIR/latest.ckpt.\n"
+        "Writes DIR/log.csv, DIR/curve.png, DIR/summary.json, DIR/checkpoints/step-<n>.ckpt and\n"
+        "DIR/latest.ckpt.\n"
         "Stops when the mean return of the last 100 episodes reaches the env's threshold\n"
         "(unless --no-stop) or when the step budget is spent.\n",
         out);
@@ -129,7 +132,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   }
   lm_ppo_config cfg = lm_ppo_defaults(env);
   const char *device = "auto", *out = NULL, *resume = NULL;
-  int stop = 1, quiet = 0;
+  int stop = 1, quiet = 0, view = 0;
   long every = 10;
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
@@ -139,6 +142,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       return 0;
     }
     if (!strcmp(o, "--no-stop")) { stop = 0; continue; }
+    if (!strcmp(o, "--view")) { view = 1; continue; }
     if (!strcmp(o, "--quiet")) { quiet = 1; continue; }
     if (!strcmp(o, "--no-anneal")) { cfg.anneal_lr = 0; continue; }
     if (!strcmp(o, "--shared")) { cfg.policy.shared = 1; continue; }
@@ -245,6 +249,14 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   if (!resume)
     fprintf(log, "iteration,env_steps,wall_s,episodes,mean_return,mean_length,loss,pg_loss,v_loss,entropy,approx_kl,"
                  "clipfrac,lr,sps\n");
+  lm_viewer *viewer = NULL;
+  if (view) {
+    viewer = lm_viewer_new(env, 4, 960, 600, 0);
+    if (!viewer) fprintf(stderr, "rltrain: --view: %s; training goes on without the window\n", lm_last_error());
+  }
+  char curve[4200], logpath[4200];
+  snprintf(curve, sizeof curve, "%s/curve.png", dir);
+  snprintf(logpath, sizeof logpath, "%s/log.csv", dir);
   window w = {0};
   int rc = 0, solved = 0;
   double mean100 = 0, have = 0;
@@ -277,6 +289,16 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
                (long long)s.iteration, (long long)s.env_steps, s.mean_return, mean100, s.mean_length, (double)s.loss,
                (double)s.entropy, (double)s.approx_kl, (double)s.clipfrac, sps);
     }
+    if (viewer) {
+      char status[256];
+      snprintf(status, sizeof status, "%s  %s  iteration %lld  return %.1f", env->name, lm_backend_name(b),
+               (long long)s.iteration, mean100);
+      if (lm_viewer_show_rollout(viewer, lm_trainer_rollout(t), status) != LM_OK) {
+        lm_viewer_free(viewer);
+        viewer = NULL;
+      }
+    }
+    if (s.iteration % 20 == 0) lm_plot_curve(logpath, curve, env->gym_id, env->solved_return);
     int last = solved && stop;
     if (s.iteration % every == 0 || last || lm_trainer_iterations(t) == iters) {
       snprintf(path, sizeof path, "%s/checkpoints/step-%lld.ckpt", dir, (long long)s.env_steps);
@@ -292,6 +314,9 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   }
   fclose(log);
   double wall = now() - t_ready;
+  if (viewer) lm_viewer_free(viewer);
+  if (lm_plot_curve(logpath, curve, env->gym_id, env->solved_return) != LM_OK && !quiet)
+    fprintf(stderr, "rltrain: no curve.png: %s\n", lm_last_error());
   if (!quiet && tty) printf("\n");
   snprintf(path, sizeof path, "%s/summary.json", dir);
   FILE *js = fopen(path, "w");

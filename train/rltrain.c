@@ -29,6 +29,9 @@ static void print_usage(FILE *out) {
         "                            uniform random actions (seed S, default 0) to FILE.csv\n"
         "  ENV [options]             train PPO on ENV (rltrain ENV --help lists the options)\n"
         "  eval CKPT [--episodes N]  mean return of a checkpoint's greedy and sampled policy\n"
+        "  view CKPT|RUN_DIR|ENV [--headless --out FILE.png|DIR/]\n"
+        "                            watch a policy in a window, or capture frames (view --help)\n"
+        "  plot RUN_DIR|LOG.csv      learning curve -> RUN_DIR/curve.png\n"
         "  --version                 print the lumen version\n"
         "  help                      show this help (also -h, --help)\n"
         "\n"
@@ -483,6 +486,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!strcmp(cmd, "eval")) return lm_cli_eval(argc - 2, argv + 2);
+  if (!strcmp(cmd, "view")) return lm_cli_view(argc - 2, argv + 2);
+  if (!strcmp(cmd, "plot")) return lm_cli_plot(argc - 2, argv + 2);
   const lm_env_spec *e = find_env(cmd);
   if (!e) return 2;
   return lm_cli_train(e->name, argc - 2, argv + 2);

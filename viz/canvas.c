@@ -1,7 +1,8 @@
-/* viz/canvas.c — the canvas every picture of lumen is drawn on: an ARGB surface drawn by SDL's
- * software renderer (so a window, a headless capture and a plot render the same pixels), with
- * lines as quads, circles as triangle fans, a built-in 5x7 bitmap font (SDL2 has no text and
- * SDL2_ttf is not a dependency) and PNG output through SDL2_image. */
+/* viz/canvas.c — the canvas every picture of lumen is drawn on: an ARGB SDL surface drawn by
+ * our own anti-aliased rasteriser (so a window, a headless capture and a plot are the same pixels):
+ * convex polygons by sub-scanline coverage — lines are quads, circles are many-sided polygons —
+ * a built-in 5x7 bitmap font (SDL2 has no text and SDL2_ttf is not a dependency), and SDL for
+ * the surface, scaling and PNG output (SDL2_image). */
 #include <math.h>
 #include <string.h>
 
@@ -13,23 +14,25 @@
 #include <SDL_image.h>
 
 struct lm_canvas {
-  SDL_Surface *surf;
-  SDL_Renderer *ren;
+  SDL_Surface *surf; /* ARGB8888, always opaque */
   int w, h;
+  int cx0, cy0, cx1, cy1; /* clip rectangle, [cx0, cx1) x [cy0, cy1) */
+  float *cov;             /* one row of coverage for the polygon filler */
 };
 
-/* The classic 5x7 font for ' ' .. '~': five columns per glyph, bit 0 the top row. */
+/* The classic 5x7 font for ' ' .. '~': five columns per glyph, bit 0 the top row, row 6 the
+ * baseline; g j p q y , ; reach below it into row 7. */
 static const unsigned char font5x7[95][5] = {
     {0x00, 0x00, 0x00, 0x00, 0x00}, {0x00, 0x00, 0x5F, 0x00, 0x00}, {0x00, 0x07, 0x00, 0x07, 0x00}, /*  !" */
     {0x14, 0x7F, 0x14, 0x7F, 0x14}, {0x24, 0x2A, 0x7F, 0x2A, 0x12}, {0x23, 0x13, 0x08, 0x64, 0x62}, /* #$% */
     {0x36, 0x49, 0x55, 0x22, 0x50}, {0x00, 0x05, 0x03, 0x00, 0x00}, {0x00, 0x1C, 0x22, 0x41, 0x00}, /* &'( */
     {0x00, 0x41, 0x22, 0x1C, 0x00}, {0x08, 0x2A, 0x1C, 0x2A, 0x08}, {0x08, 0x08, 0x3E, 0x08, 0x08}, /* )*+ */
-    {0x00, 0x50, 0x30, 0x00, 0x00}, {0x08, 0x08, 0x08, 0x08, 0x08}, {0x00, 0x60, 0x60, 0x00, 0x00}, /* ,-. */
+    {0x00, 0xA0, 0x60, 0x00, 0x00}, {0x08, 0x08, 0x08, 0x08, 0x08}, {0x00, 0x60, 0x60, 0x00, 0x00}, /* ,-. */
     {0x20, 0x10, 0x08, 0x04, 0x02}, {0x3E, 0x51, 0x49, 0x45, 0x3E}, {0x00, 0x42, 0x7F, 0x40, 0x00}, /* /01 */
     {0x42, 0x61, 0x51, 0x49, 0x46}, {0x21, 0x41, 0x45, 0x4B, 0x31}, {0x18, 0x14, 0x12, 0x7F, 0x10}, /* 234 */
     {0x27, 0x45, 0x45, 0x45, 0x39}, {0x3C, 0x4A, 0x49, 0x49, 0x30}, {0x01, 0x71, 0x09, 0x05, 0x03}, /* 567 */
     {0x36, 0x49, 0x49, 0x49, 0x36}, {0x06, 0x49, 0x49, 0x29, 0x1E}, {0x00, 0x36, 0x36, 0x00, 0x00}, /* 89: */
-    {0x00, 0x56, 0x36, 0x00, 0x00}, {0x08, 0x14, 0x22, 0x41, 0x00}, {0x14, 0x14, 0x14, 0x14, 0x14}, /* ;<= */
+    {0x00, 0xAC, 0x6C, 0x00, 0x00}, {0x08, 0x14, 0x22, 0x41, 0x00}, {0x14, 0x14, 0x14, 0x14, 0x14}, /* ;<= */
     {0x00, 0x41, 0x22, 0x14, 0x08}, {0x02, 0x01, 0x51, 0x09, 0x06}, {0x32, 0x49, 0x79, 0x41, 0x3E}, /* >?@ */
     {0x7E, 0x11, 0x11, 0x11, 0x7E}, {0x7F, 0x49, 0x49, 0x49, 0x36}, {0x3E, 0x41, 0x41, 0x41, 0x22}, /* ABC */
     {0x7F, 0x41, 0x41, 0x22, 0x1C}, {0x7F, 0x49, 0x49, 0x49, 0x41}, {0x7F, 0x09, 0x09, 0x09, 0x01}, /* DEF */
@@ -43,25 +46,16 @@ static const unsigned char font5x7[95][5] = {
     {0x02, 0x04, 0x08, 0x10, 0x20}, {0x00, 0x41, 0x41, 0x7F, 0x00}, {0x04, 0x02, 0x01, 0x02, 0x04}, /* \]^ */
     {0x40, 0x40, 0x40, 0x40, 0x40}, {0x00, 0x01, 0x02, 0x04, 0x00}, {0x20, 0x54, 0x54, 0x54, 0x78}, /* _`a */
     {0x7F, 0x48, 0x44, 0x44, 0x38}, {0x38, 0x44, 0x44, 0x44, 0x20}, {0x38, 0x44, 0x44, 0x48, 0x7F}, /* bcd */
-    {0x38, 0x54, 0x54, 0x54, 0x18}, {0x08, 0x7E, 0x09, 0x01, 0x02}, {0x0C, 0x52, 0x52, 0x52, 0x3E}, /* efg */
-    {0x7F, 0x08, 0x04, 0x04, 0x78}, {0x00, 0x44, 0x7D, 0x40, 0x00}, {0x20, 0x40, 0x44, 0x3D, 0x00}, /* hij */
+    {0x38, 0x54, 0x54, 0x54, 0x18}, {0x08, 0x7E, 0x09, 0x01, 0x02}, {0x18, 0xA4, 0xA4, 0xA4, 0x7C}, /* efg */
+    {0x7F, 0x08, 0x04, 0x04, 0x78}, {0x00, 0x44, 0x7D, 0x40, 0x00}, {0x40, 0x80, 0x84, 0x7D, 0x00}, /* hij */
     {0x7F, 0x10, 0x28, 0x44, 0x00}, {0x00, 0x41, 0x7F, 0x40, 0x00}, {0x7C, 0x04, 0x18, 0x04, 0x78}, /* klm */
-    {0x7C, 0x08, 0x04, 0x04, 0x78}, {0x38, 0x44, 0x44, 0x44, 0x38}, {0x7C, 0x14, 0x14, 0x14, 0x08}, /* nop */
-    {0x08, 0x14, 0x14, 0x18, 0x7C}, {0x7C, 0x08, 0x04, 0x04, 0x08}, {0x48, 0x54, 0x54, 0x54, 0x20}, /* qrs */
+    {0x7C, 0x08, 0x04, 0x04, 0x78}, {0x38, 0x44, 0x44, 0x44, 0x38}, {0xFC, 0x24, 0x24, 0x24, 0x18}, /* nop */
+    {0x18, 0x24, 0x24, 0x24, 0xFC}, {0x7C, 0x08, 0x04, 0x04, 0x08}, {0x48, 0x54, 0x54, 0x54, 0x20}, /* qrs */
     {0x04, 0x3F, 0x44, 0x40, 0x20}, {0x3C, 0x40, 0x40, 0x20, 0x7C}, {0x1C, 0x20, 0x40, 0x20, 0x1C}, /* tuv */
-    {0x3C, 0x40, 0x30, 0x40, 0x3C}, {0x44, 0x28, 0x10, 0x28, 0x44}, {0x0C, 0x50, 0x50, 0x50, 0x3C}, /* wxy */
+    {0x3C, 0x40, 0x30, 0x40, 0x3C}, {0x44, 0x28, 0x10, 0x28, 0x44}, {0x1C, 0xA0, 0xA0, 0xA0, 0x7C}, /* wxy */
     {0x44, 0x64, 0x54, 0x4C, 0x44}, {0x00, 0x08, 0x36, 0x41, 0x00}, {0x00, 0x00, 0x7F, 0x00, 0x00}, /* z{| */
     {0x00, 0x41, 0x36, 0x08, 0x00}, {0x08, 0x04, 0x08, 0x10, 0x08},                                  /* }~ */
 };
-
-static SDL_Color color_of(uint32_t rgba) {
-  return (SDL_Color){(Uint8)(rgba >> 24), (Uint8)(rgba >> 16), (Uint8)(rgba >> 8), (Uint8)rgba};
-}
-
-static void set_color(lm_canvas *c, uint32_t rgba) {
-  SDL_Color k = color_of(rgba);
-  SDL_SetRenderDrawColor(c->ren, k.r, k.g, k.b, k.a);
-}
 
 lm_canvas *lm_canvas_new(int w, int h) {
   if (w < 1 || h < 1 || w > 16384 || h > 16384) {
@@ -71,22 +65,22 @@ lm_canvas *lm_canvas_new(int w, int h) {
   lm_canvas *c = lm_calloc(1, sizeof *c);
   if (!c) return NULL;
   c->w = w, c->h = h;
+  c->cov = lm_calloc((size_t)w + 2, sizeof *c->cov);
   c->surf = SDL_CreateRGBSurfaceWithFormat(0, w, h, 32, SDL_PIXELFORMAT_ARGB8888);
-  if (c->surf) c->ren = SDL_CreateSoftwareRenderer(c->surf);
-  if (!c->ren) {
-    lm_fail(LM_ERR_NOMEM, "canvas: cannot create a %dx%d software surface: %s", w, h, SDL_GetError());
+  if (!c->surf || !c->cov) {
+    lm_fail(LM_ERR_NOMEM, "canvas: cannot create a %dx%d surface: %s", w, h, c->surf ? "out of memory" : SDL_GetError());
     lm_canvas_free(c);
     return NULL;
   }
-  SDL_SetRenderDrawBlendMode(c->ren, SDL_BLENDMODE_BLEND);
+  lm_canvas_clip(c, 0, 0, 0, 0);
   lm_canvas_clear(c, 0xffffffffu);
   return c;
 }
 
 void lm_canvas_free(lm_canvas *c) {
   if (!c) return;
-  if (c->ren) SDL_DestroyRenderer(c->ren);
   if (c->surf) SDL_FreeSurface(c->surf);
+  lm_free(c->cov);
   lm_free(c);
 }
 
@@ -96,23 +90,70 @@ void lm_canvas_size(const lm_canvas *c, int *w, int *h) {
 }
 
 void lm_canvas_clip(lm_canvas *c, int x, int y, int w, int h) {
-  if (w <= 0 || h <= 0) SDL_RenderSetClipRect(c->ren, NULL);
-  else SDL_RenderSetClipRect(c->ren, &(SDL_Rect){x, y, w, h});
+  if (w <= 0 || h <= 0) x = 0, y = 0, w = c->w, h = c->h;
+  c->cx0 = x < 0 ? 0 : x;
+  c->cy0 = y < 0 ? 0 : y;
+  c->cx1 = x + w > c->w ? c->w : x + w;
+  c->cy1 = y + h > c->h ? c->h : y + h;
+}
+
+static Uint32 *row_of(lm_canvas *c, int y) { return (Uint32 *)(void *)((Uint8 *)c->surf->pixels + (size_t)y * (size_t)c->surf->pitch); }
+
+static Uint32 argb_of(uint32_t rgba) { return (rgba >> 8) | 0xff000000u; }
+
+/* Blends colour rgba into pixel p with coverage cov in [0, 1]. */
+static void blend(Uint32 *p, uint32_t rgba, float cov) {
+  int a = (int)(cov * (float)(rgba & 0xff) + 0.5f);
+  if (a <= 0) return;
+  if (a >= 255) {
+    *p = argb_of(rgba);
+    return;
+  }
+  Uint32 d = *p;
+  int sr = (int)(rgba >> 24), sg = (int)(rgba >> 16 & 0xff), sb = (int)(rgba >> 8 & 0xff);
+  int dr = (int)(d >> 16 & 0xff), dg = (int)(d >> 8 & 0xff), db = (int)(d & 0xff);
+  dr = (sr * a + dr * (255 - a) + 127) / 255;
+  dg = (sg * a + dg * (255 - a) + 127) / 255;
+  db = (sb * a + db * (255 - a) + 127) / 255;
+  *p = 0xff000000u | (Uint32)dr << 16 | (Uint32)dg << 8 | (Uint32)db;
 }
 
 void lm_canvas_clear(lm_canvas *c, uint32_t rgba) {
-  SDL_RenderSetClipRect(c->ren, NULL);
-  set_color(c, rgba);
-  SDL_SetRenderDrawBlendMode(c->ren, SDL_BLENDMODE_NONE);
-  SDL_RenderClear(c->ren);
-  SDL_SetRenderDrawBlendMode(c->ren, SDL_BLENDMODE_BLEND);
+  Uint32 v = argb_of(rgba);
+  for (int y = 0; y < c->h; y++) {
+    Uint32 *r = row_of(c, y);
+    for (int x = 0; x < c->w; x++) r[x] = v;
+  }
+}
+
+/* Length of [a, b) inside [lo, lo + 1). */
+static float overlap(float a, float b, float lo) {
+  float l = a > lo ? a : lo, h = b < lo + 1 ? b : lo + 1;
+  return h > l ? h - l : 0;
 }
 
 void lm_canvas_fill_rect(lm_canvas *c, float x0, float y0, float x1, float y1, uint32_t rgba) {
   if (x1 < x0) { float t = x0; x0 = x1; x1 = t; }
   if (y1 < y0) { float t = y0; y0 = y1; y1 = t; }
-  set_color(c, rgba);
-  SDL_RenderFillRectF(c->ren, &(SDL_FRect){x0, y0, fmaxf(x1 - x0, 1.0f), fmaxf(y1 - y0, 1.0f)});
+  int ia = (int)floorf(x0), ib = (int)ceilf(x1), ja = (int)floorf(y0), jb = (int)ceilf(y1);
+  if (ia < c->cx0) ia = c->cx0;
+  if (ib > c->cx1) ib = c->cx1;
+  if (ja < c->cy0) ja = c->cy0;
+  if (jb > c->cy1) jb = c->cy1;
+  if (ia >= ib) return;
+  /* columns ia and ib - 1 may be partly covered; those between are whole */
+  Uint32 solid = argb_of(rgba);
+  int opaque = (rgba & 0xff) == 0xff;
+  for (int j = ja; j < jb; j++) {
+    float cy = overlap(y0, y1, (float)j);
+    Uint32 *r = row_of(c, j);
+    blend(&r[ia], rgba, cy * overlap(x0, x1, (float)ia));
+    if (ib - 1 > ia) blend(&r[ib - 1], rgba, cy * overlap(x0, x1, (float)(ib - 1)));
+    if (opaque && cy >= 1.0f)
+      for (int i = ia + 1; i < ib - 1; i++) r[i] = solid;
+    else
+      for (int i = ia + 1; i < ib - 1; i++) blend(&r[i], rgba, cy);
+  }
 }
 
 void lm_canvas_rect(lm_canvas *c, float x0, float y0, float x1, float y1, float width, uint32_t rgba) {
@@ -123,41 +164,76 @@ void lm_canvas_rect(lm_canvas *c, float x0, float y0, float x1, float y1, float 
   lm_canvas_fill_rect(c, x1 - width, y0 + width, x1, y1 - width, rgba);
 }
 
+/* A convex polygon, anti-aliased: SUB sub-scanlines per pixel row, each adding the exact
+ * horizontal coverage of its span to a row of coverage, which is then blended. */
+static void fill_convex(lm_canvas *c, const float *xs, const float *ys, int n, uint32_t rgba) {
+  enum { SUB = 5 };
+  if (n < 3) return;
+  float ymin = ys[0], ymax = ys[0], xmin = xs[0], xmax = xs[0];
+  for (int k = 1; k < n; k++) {
+    ymin = fminf(ymin, ys[k]), ymax = fmaxf(ymax, ys[k]);
+    xmin = fminf(xmin, xs[k]), xmax = fmaxf(xmax, xs[k]);
+  }
+  if (!isfinite(xmin) || !isfinite(xmax) || !isfinite(ymin) || !isfinite(ymax)) return;
+  float fx0 = (float)c->cx0, fx1 = (float)c->cx1;
+  int ja = (int)floorf(ymin), jb = (int)ceilf(ymax);
+  if (ja < c->cy0) ja = c->cy0;
+  if (jb > c->cy1) jb = c->cy1;
+  int ia = (int)floorf(fmaxf(xmin, fx0)), ib = (int)ceilf(fminf(xmax, fx1));
+  if (ia >= ib) return;
+  float *cov = c->cov;
+  for (int j = ja; j < jb; j++) {
+    int any = 0;
+    for (int s = 0; s < SUB; s++) {
+      float y = (float)j + ((float)s + 0.5f) / SUB, l = INFINITY, r = -INFINITY;
+      for (int k = 0; k < n; k++) {
+        float ax = xs[k], ay = ys[k], bx = xs[(k + 1) % n], by = ys[(k + 1) % n];
+        if ((ay <= y && y < by) || (by <= y && y < ay)) {
+          float x = ax + (y - ay) / (by - ay) * (bx - ax);
+          l = fminf(l, x), r = fmaxf(r, x);
+        }
+      }
+      l = fmaxf(l, fx0), r = fminf(r, fx1);
+      if (!(r > l)) continue;
+      any = 1;
+      int il = (int)floorf(l), ir = (int)floorf(r);
+      if (il == ir) cov[il] += (r - l) / SUB;
+      else {
+        cov[il] += ((float)il + 1 - l) / SUB;
+        for (int i = il + 1; i < ir; i++) cov[i] += 1.0f / SUB;
+        if (ir < c->cx1) cov[ir] += (r - (float)ir) / SUB;
+      }
+    }
+    if (!any) continue;
+    Uint32 *row = row_of(c, j);
+    for (int i = ia; i < ib; i++) {
+      if (cov[i] > 0) blend(&row[i], rgba, fminf(cov[i], 1.0f));
+      cov[i] = 0;
+    }
+  }
+}
+
 void lm_canvas_fill_circle(lm_canvas *c, float cx, float cy, float r, uint32_t rgba) {
-  enum { MAX_SEG = 96 };
+  enum { MAX_SEG = 256 };
   if (!(r > 0)) return;
-  if (r < 1.0f) r = 1.0f;
-  int n = (int)(r * 0.8f);
-  n = n < 12 ? 12 : n > MAX_SEG ? MAX_SEG : n;
-  SDL_Vertex v[MAX_SEG + 1];
-  int idx[3 * MAX_SEG];
-  SDL_Color k = color_of(rgba);
-  v[0] = (SDL_Vertex){{cx, cy}, k, {0, 0}};
+  if (r < 0.75f) r = 0.75f;
+  int n = (int)(r * 1.6f);
+  n = n < 16 ? 16 : n > MAX_SEG ? MAX_SEG : n;
+  float xs[MAX_SEG], ys[MAX_SEG];
   for (int i = 0; i < n; i++) {
     double a = 2 * M_PI * i / n;
-    v[i + 1] = (SDL_Vertex){{cx + r * (float)cos(a), cy + r * (float)sin(a)}, k, {0, 0}};
-    idx[3 * i] = 0, idx[3 * i + 1] = 1 + i, idx[3 * i + 2] = 1 + (i + 1) % n;
+    xs[i] = cx + r * (float)cos(a), ys[i] = cy + r * (float)sin(a);
   }
-  SDL_RenderGeometry(c->ren, NULL, v, n + 1, idx, 3 * n);
+  fill_convex(c, xs, ys, n, rgba);
 }
 
 void lm_canvas_line(lm_canvas *c, float x0, float y0, float x1, float y1, float width, uint32_t rgba, int round_caps) {
   float dx = x1 - x0, dy = y1 - y0, len = sqrtf(dx * dx + dy * dy);
-  if (width < 1.75f || len < 1e-3f) {
-    set_color(c, rgba);
-    if (width < 1.75f) {
-      SDL_RenderDrawLineF(c->ren, x0, y0, x1, y1);
-      return;
-    }
-  } else {
+  if (width < 1) width = 1;
+  if (len > 1e-4f) {
     float nx = -dy / len * width / 2, ny = dx / len * width / 2;
-    SDL_Color k = color_of(rgba);
-    SDL_Vertex v[4] = {{{x0 + nx, y0 + ny}, k, {0, 0}},
-                       {{x0 - nx, y0 - ny}, k, {0, 0}},
-                       {{x1 - nx, y1 - ny}, k, {0, 0}},
-                       {{x1 + nx, y1 + ny}, k, {0, 0}}};
-    int idx[6] = {0, 1, 2, 0, 2, 3};
-    SDL_RenderGeometry(c->ren, NULL, v, 4, idx, 6);
+    float xs[4] = {x0 + nx, x0 - nx, x1 - nx, x1 + nx}, ys[4] = {y0 + ny, y0 - ny, y1 - ny, y1 + ny};
+    fill_convex(c, xs, ys, 4, rgba);
   }
   if (round_caps) {
     lm_canvas_fill_circle(c, x0, y0, width / 2, rgba);
@@ -182,43 +258,30 @@ int lm_canvas_text_width(const char *text, int scale) {
 }
 
 int lm_canvas_text(lm_canvas *c, float x, float y, int scale, uint32_t rgba, const char *text) {
-  enum { BATCH = 512 };
   if (!text) return 0;
   if (scale < 1) scale = 1;
-  SDL_FRect px[BATCH];
-  int n = 0;
   float s = (float)scale, cx = x;
-  set_color(c, rgba);
+  x = roundf(x), y = roundf(y), cx = x; /* glyphs on whole pixels stay crisp */
   for (const unsigned char *p = (const unsigned char *)text; *p; p++, cx += LM_FONT_CELL_W * s) {
     int g = *p >= 32 && *p <= 126 ? *p - 32 : '?' - 32;
     for (int col = 0; col < 5; col++)
-      for (int row = 0; row < 7; row++) {
-        if (!(font5x7[g][col] >> row & 1)) continue;
-        px[n++] = (SDL_FRect){cx + (float)col * s, y + (float)row * s, s, s};
-        if (n == BATCH) {
-          SDL_RenderFillRectsF(c->ren, px, n);
-          n = 0;
+      for (int row = 0; row < 8; row++)
+        if (font5x7[g][col] >> row & 1) {
+          float gx = cx + (float)col * s, gy = y + (float)row * s;
+          lm_canvas_fill_rect(c, gx, gy, gx + s, gy + s, rgba);
         }
-      }
   }
-  if (n) SDL_RenderFillRectsF(c->ren, px, n);
   return (int)(cx - x);
 }
 
 lm_status lm_canvas_blit(lm_canvas *dst, const lm_canvas *src, int x, int y, int w, int h) {
-  SDL_RenderFlush(src->ren);
-  SDL_RenderFlush(dst->ren);
   SDL_Rect r = {x, y, w, h};
   int rc;
-  if (w == src->w && h == src->h) {
-    SDL_SetSurfaceBlendMode(src->surf, SDL_BLENDMODE_NONE);
-    rc = SDL_BlitSurface(src->surf, NULL, dst->surf, &r);
-  } else {
+  SDL_SetSurfaceBlendMode(src->surf, SDL_BLENDMODE_NONE);
+  if (w == src->w && h == src->h) rc = SDL_BlitSurface(src->surf, NULL, dst->surf, &r);
+  else {
     rc = SDL_SoftStretchLinear(src->surf, NULL, dst->surf, &r);
-    if (rc != 0) {
-      SDL_SetSurfaceBlendMode(src->surf, SDL_BLENDMODE_NONE);
-      rc = SDL_BlitScaled(src->surf, NULL, dst->surf, &r);
-    }
+    if (rc != 0) rc = SDL_BlitScaled(src->surf, NULL, dst->surf, &r);
   }
   return rc == 0 ? LM_OK : lm_fail(LM_ERR_INVALID, "canvas: blit failed: %s", SDL_GetError());
 }
@@ -226,7 +289,6 @@ lm_status lm_canvas_blit(lm_canvas *dst, const lm_canvas *src, int x, int y, int
 lm_status lm_canvas_read_rgba(lm_canvas *c, uint8_t *dst, size_t cap) {
   if (cap < (size_t)c->w * (size_t)c->h * 4)
     return lm_fail(LM_ERR_INVALID, "canvas: %zu bytes cannot hold %dx%d RGBA pixels", cap, c->w, c->h);
-  SDL_RenderFlush(c->ren);
   if (SDL_ConvertPixels(c->w, c->h, c->surf->format->format, c->surf->pixels, c->surf->pitch, SDL_PIXELFORMAT_RGBA32,
                         dst, c->w * 4) != 0)
     return lm_fail(LM_ERR_INVALID, "canvas: reading pixels failed: %s", SDL_GetError());
@@ -235,17 +297,13 @@ lm_status lm_canvas_read_rgba(lm_canvas *c, uint8_t *dst, size_t cap) {
 
 lm_status lm_canvas_save_png(lm_canvas *c, const char *path) {
   if (!path || !*path) return lm_fail(LM_ERR_INVALID, "canvas: no PNG path given");
-  SDL_RenderFlush(c->ren);
   if (IMG_SavePNG(c->surf, path) != 0) return lm_fail(LM_ERR_IO, "cannot write %s: %s", path, SDL_GetError());
   return LM_OK;
 }
 
 /* Internal: the surface under the canvas (for the viewer's window blit). */
 SDL_Surface *lm_canvas_surface(lm_canvas *c);
-SDL_Surface *lm_canvas_surface(lm_canvas *c) {
-  SDL_RenderFlush(c->ren);
-  return c->surf;
-}
+SDL_Surface *lm_canvas_surface(lm_canvas *c) { return c->surf; }
 
 #else /* no SDL2 */
 

@@ -37,11 +37,12 @@ void lm_canvas_fill_circle(lm_canvas *c, float cx, float cy, float r, uint32_t r
 /* Restricts drawing to a rectangle (w or h <= 0: the whole canvas). */
 void lm_canvas_clip(lm_canvas *c, int x, int y, int w, int h);
 
-/* Text in the built-in 5x7 font, each glyph cell 6 x 8 pixels times `scale` (an integer >= 1);
+/* Text in the built-in 5x7 font (descenders reach an eighth row), each glyph cell 6 x 9 pixels
+ * times `scale` (an integer >= 1);
  * (x, y) is the top left of the first cell. Printable ASCII; other bytes draw as '?'.
  * Returns the width drawn. */
 #define LM_FONT_CELL_W 6
-#define LM_FONT_CELL_H 8
+#define LM_FONT_CELL_H 9
 int lm_canvas_text(lm_canvas *c, float x, float y, int scale, uint32_t rgba, const char *text);
 int lm_canvas_text_width(const char *text, int scale);
 
@@ -102,8 +103,8 @@ lm_canvas *lm_viewer_canvas(lm_viewer *v);
 lm_status lm_viewer_save_png(lm_viewer *v, const char *path);
 
 /* For `rltrain ENV --view`: call once per training iteration. Rate-limited to the env's fps
- * (at most 30 frames a second): between frames it returns at once, without touching the
- * device. Otherwise it reads env.state, ep.ret and ep.len of the first cells envs of the
+ * and at most 10 frames a second (a frame costs a few milliseconds of one core): between
+ * frames it only handles pending window events and returns, without touching the device. Otherwise it reads env.state, ep.ret and ep.len of the first cells envs of the
  * rollout (a few hundred floats), handles pending events and draws. After q, Esc or a closed
  * window it hides the window and does nothing more: lm_viewer_is_open says so. */
 lm_status lm_viewer_show_rollout(lm_viewer *v, lm_rollout *r, const char *status);
