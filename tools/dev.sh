@@ -119,6 +119,8 @@ run_ctest() {
 # Sanitizer settings; anything already in the environment wins.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# third-party libraries loaded at run time (NVRTC, PoCL, D-Bus under SDL) keep allocations
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tools/lsan.supp:print_suppressions=0}
 
 # Sanitizer part. Tests labelled "slow" (end-to-end training) are left out here: under ASan at -O0
 # they take several times their 600 s budget, and the plain run in build/ covers them.
