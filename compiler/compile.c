@@ -15,6 +15,8 @@ lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled 
   if (!out->g) return LM_ERR_INVALID;
   lm_status st = lm_lower(out->g, &out->plan);
   if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
+  if (st == LM_OK && !getenv("LUMEN_NO_MERGE") && lm_schedule_merge(out->plan) < 0)
+    st = lm_fail(LM_ERR_NOMEM, "out of memory merging kernels");
   if (st == LM_OK && scan && scan->active) {
     lm_plan *fused = NULL;
     st = lm_scan_fuse(out->plan, scan->sym_T, scan->reverse, scan->per_step, &fused);

@@ -130,6 +130,9 @@ lm_status lm_scan_fuse(const lm_plan *step, int sym_T, int reverse, const uint8_
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed. */
 int lm_schedule_interchange(lm_plan *plan);
+/* Fuses adjacent kernels over the same parallel domain that do not depend on each other into
+ * one kernel with several stores; returns how many merged, -1 when memory ran out. */
+int lm_schedule_merge(lm_plan *plan);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

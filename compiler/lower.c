@@ -125,6 +125,7 @@ typedef struct lowering {
   uint32_t *uses;     /* per node: consumer edges (outputs and assigns included) */
   int *cost;          /* per node: inlining cost estimate, -1 = unknown */
   uint8_t *cheap_const; /* per node: depends on constants only, and computing it is cheap */
+  uint8_t *out_only;  /* per node: has a buffer only because it is an output */
   int restart;        /* a new node was materialised: lower again */
   lm_status st;
 } lowering;
@@ -139,12 +140,14 @@ typedef struct kbuild {
   size_t nmemo, memocap;
 } kbuild;
 
-/* COST_SHARED: a node used more than once that costs more than this to recompute gets a
- * buffer (a reduction inside, say), even when each use alone would fuse. CONST_WORK: a
+/* COST_SHARED: a node used more than once that costs this much to recompute (a reduction
+ * inside) gets a buffer, even when each use alone would fuse. Cheaper shared nodes are
+ * recomputed by each consumer kernel; kernels over one domain are then merged, and the
+ * merged kernel computes them once (lm_schedule_merge shares equal statements). CONST_WORK: a
  * node computed from constants alone (an arange, a triangular mask) is recomputed wherever
  * it is used while its work stays under this: a kernel of its own would cost more, and it
  * would split env-local scans. */
-enum { COST_CHEAP = 2, COST_SHARED = 16, COST_REDUCE = 1000, CONST_WORK = 256 };
+enum { COST_CHEAP = 2, COST_REDUCE = 1000, COST_SHARED = COST_REDUCE, CONST_WORK = 256 };
 
 static int transcendental(lm_op op) {
   return op == LM_OP_LOG2 || op == LM_OP_EXP2 || op == LM_OP_SIN || op == LM_OP_SQRT || op == LM_OP_RECIP;
@@ -164,6 +167,17 @@ static int inline_cost(lowering *L, uint32_t id) {
     if (c > COST_REDUCE) c = COST_REDUCE;
   }
   return L->cost[id] = c;
+}
+
+/* The cost of computing node id inline, whether or not it has a buffer of its own. */
+static int own_cost(lowering *L, uint32_t id) {
+  const lm_node *n = &L->g->nodes[id];
+  if (n->op == LM_OP_INPUT || n->op == LM_OP_CONST) return 0;
+  if (n->op == LM_OP_RAND) return 10;
+  if (lm_op_table[n->op].reduce) return COST_REDUCE;
+  int c = transcendental((lm_op)n->op) ? 8 : 1;
+  for (int i = 0; i < n->nsrc; i++) c += inline_cost(L, n->src[i].node);
+  return c > COST_REDUCE ? COST_REDUCE : c;
 }
 
 static int on_chain(const lm_kernel *k, int32_t cur, int32_t loop) {
@@ -224,6 +238,11 @@ static uint32_t load(kbuild *b, uint32_t buf, const lm_shape *shape, const lm_ex
   lm_xctx ctx = ctx_of(b);
   lm_stmt s = {.op = LM_S_LOAD, .buf = buf, .valid = valid};
   s.idx = lm_x_simplify(&L->g->x, lm_shape_flat(L->g, shape, idx), &ctx);
+  /* an index inside the buffer wherever it is evaluated needs no guard: the load can then
+   * be hoisted and shared (a SELECT still zeroes the padded positions) */
+  if (!lm_x_is_const(&L->g->x, valid, 1) && lm_x_prove_ge(&L->g->x, s.idx, lm_x_const(&L->g->x, 0), &ctx) &&
+      lm_x_prove_gt(&L->g->x, lm_shape_numel(L->g, shape), s.idx, &ctx))
+    s.valid = valid = lm_x_const(&L->g->x, 1);
   if (!lm_kernel_use_buf(b->k, buf)) L->st = LM_ERR_NOMEM;
   return emit(b, s, lm_x_vars_used(&L->g->x, s.idx) | lm_x_vars_used(&L->g->x, valid), -1);
 }
@@ -318,7 +337,10 @@ static uint32_t eval(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr valid) 
       return m->stmt;
   }
   uint32_t s;
-  if (L->home[id] != UINT32_MAX && (n->op == LM_OP_INPUT || L->mat[id])) {
+  /* a cheap output is recomputed where it is used rather than read back from its buffer:
+   * its consumers then do not depend on its kernel, and kernels over one domain merge */
+  int recompute = L->out_only[id] && own_cost(L, id) < COST_SHARED;
+  if (L->home[id] != UINT32_MAX && (n->op == LM_OP_INPUT || L->mat[id]) && !recompute) {
     s = load(b, L->home[id], &n->shape, idx, valid);
   } else {
     if (n->op != LM_OP_CONST && n->op != LM_OP_RAND && !L->cheap_const[id] && inline_cost(L, id) > COST_CHEAP) {
@@ -417,6 +439,7 @@ static void lower_once(lowering *L, const uint32_t *order, size_t norder) {
     if (!e.view && g->nodes[e.node].op != LM_OP_INPUT && L->home[e.node] == UINT32_MAX) {
       L->home[e.node] = outbuf[i];
       p->bufs[outbuf[i]].node = e.node;
+      if (!L->mat[e.node]) L->out_only[e.node] = 1;
       L->mat[e.node] = 1;
     }
   }
@@ -516,7 +539,8 @@ lm_status lm_lower(lm_graph_t *g, lm_plan **out) {
   L.uses = lm_calloc(g->nnodes, sizeof *L.uses);
   L.cost = lm_calloc(g->nnodes, sizeof *L.cost);
   L.cheap_const = lm_calloc(g->nnodes, 1);
-  if (!order || !L.p || !L.mat || !L.home || !L.uses || !L.cost || !L.cheap_const) {
+  L.out_only = lm_calloc(g->nnodes, 1);
+  if (!order || !L.p || !L.mat || !L.home || !L.uses || !L.cost || !L.cheap_const || !L.out_only) {
     L.st = order ? LM_ERR_NOMEM : LM_ERR_INVALID;
     goto done;
   }
@@ -534,15 +558,17 @@ lm_status lm_lower(lm_graph_t *g, lm_plan **out) {
   }
   mark_cheap_consts(&L, order, norder);
   /* shared work: computed once into a buffer rather than once per use */
-  for (size_t i = 1; i < g->nnodes; i++) L.cost[i] = -1;
-  for (size_t k = 0; k < norder; k++) {
+  uint8_t *red = lm_calloc(g->nnodes, 1); /* a reduction is inlined inside this node */
+  for (size_t k = 0; red && k < norder; k++) {
     uint32_t i = order[k];
-    if (L.mat[i] || L.cheap_const[i] || L.uses[i] < 2 || g->nodes[i].op == LM_OP_INPUT) continue;
-    if (lm_op_table[g->nodes[i].op].reduce || inline_cost(&L, i) > COST_SHARED) {
-      L.mat[i] = 1;
-      L.cost[i] = 0;
-    }
+    const lm_node *n = &g->nodes[i];
+    red[i] = lm_op_table[n->op].reduce;
+    for (int j = 0; j < n->nsrc; j++) red[i] |= red[n->src[j].node] && !L.mat[n->src[j].node];
+    if (L.mat[i] || L.cheap_const[i] || L.uses[i] < 2 || n->op == LM_OP_INPUT || !red[i]) continue;
+    L.mat[i] = 1;
+    red[i] = 0;
   }
+  lm_free(red);
   do {
     L.restart = 0;
     lower_once(&L, order, norder);
@@ -556,6 +582,7 @@ done:
   lm_free(L.uses);
   lm_free(L.cost);
   lm_free(L.cheap_const);
+  lm_free(L.out_only);
   if (L.st != LM_OK) {
     lm_plan_free(L.p);
     return L.st == LM_ERR_NOMEM ? lm_fail(LM_ERR_NOMEM, "out of memory lowering the graph") : L.st;

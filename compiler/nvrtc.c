@@ -146,22 +146,20 @@ int lm_nvrtc_supports(const lm_nvrtc *nv, int sm) {
 
 /* ---------------------------------------------------------------- compiling */
 
-/* Writes the log and the source to <cache dir>/nvrtc-<hash>.txt (or /tmp); "" if neither works. */
-static void keep_failure(const char *what, const char *arch, const char *log, const char *source, char *path,
-                         size_t cap) {
-  uint64_t h = lm_hash_bytes(source, strlen(source), lm_hash_bytes(arch, strlen(arch), 0));
+void lm_keep_compile_failure(const char *tool, const char *what, const char *target, const char *log,
+                             const char *source, char *path, size_t cap) {
+  uint64_t h = lm_hash_bytes(source, strlen(source), lm_hash_bytes(target, strlen(target), 0));
   const char *dirs[2] = {lm_cc_cache_dir(), "/tmp"};
-  path[0] = 0;
   for (int i = 0; i < 2; i++) {
     mkdir(dirs[i], 0700);
-    snprintf(path, cap, "%s/nvrtc-%016llx.txt", dirs[i], (unsigned long long)h);
+    snprintf(path, cap, "%s/%s-%016llx.txt", dirs[i], tool, (unsigned long long)h);
     FILE *f = fopen(path, "w");
     if (!f) continue;
-    fprintf(f, "NVRTC compile of %s for %s failed\n\n---- log ----\n%s\n---- source ----\n%s", what, arch,
+    fprintf(f, "%s: compiling %s for %s failed\n\n---- log ----\n%s\n---- source ----\n%s", tool, what, target,
             log ? log : "", source);
     if (fclose(f) == 0) return;
   }
-  path[0] = 0;
+  snprintf(path, cap, "(no file could be written)");
 }
 
 /* The one checking funnel for NVRTC calls: names the call and NVRTC's error string. */
@@ -171,12 +169,82 @@ static lm_status nv_check(nvrtc_result r, const char *call, const char *what) {
 }
 #define NV(call, what) nv_check((call), #call, (what))
 
+/* ---- the CUBIN cache: <lumen cache dir>/nvrtc/<key>.cubin and .log, where key is a 128-bit hash
+ * of (source, architecture, options, NVRTC identity); LUMEN_NVRTC_CACHE=0 turns it off */
+
+static int make_dirs(const char *path) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(buf, 0700);
+      *p = '/';
+    }
+  return mkdir(buf, 0700) == 0 || access(buf, W_OK) == 0;
+}
+
+static int cache_path(const char *key, const char *ext, char *buf, size_t cap) {
+  const char *v = getenv("LUMEN_NVRTC_CACHE");
+  if (v && !strcmp(v, "0")) return 0;
+  int n = snprintf(buf, cap, "%s/nvrtc", lm_cc_cache_dir());
+  if (n <= 0 || (size_t)n >= cap || !make_dirs(buf)) return 0;
+  n = snprintf(buf, cap, "%s/nvrtc/%s.%s", lm_cc_cache_dir(), key, ext);
+  return n > 0 && (size_t)n < cap;
+}
+
+/* The whole file, NUL-terminated, or NULL. */
+static char *slurp(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *data = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (data = lm_malloc((size_t)n + 1))) {
+    if (fread(data, 1, (size_t)n, f) != (size_t)n) {
+      lm_free(data);
+      data = NULL;
+    } else {
+      data[n] = 0;
+      *size = (size_t)n;
+    }
+  }
+  fclose(f);
+  return data;
+}
+
+/* Written under a temporary name and renamed: readers see the whole file or none. */
+static void spill(const char *path, const void *data, size_t size) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return;
+  int ok = fwrite(data, 1, size, f) == size;
+  if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
 lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, const char *arch, lm_cubin *out) {
   memset(out, 0, sizeof *out);
   if (!nv || !loaded) return lm_fail(LM_ERR_INVALID, "lm_nvrtc_compile: NVRTC is not open");
   char opt_arch[64];
   snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s", arch);
   const char *opts[] = {opt_arch, "--fmad=false", "-default-device", "--ptxas-options=-v"};
+  uint64_t h0 = lm_hash_bytes(describe, strlen(describe), 0x6e7672746331ull), h1 = ~h0;
+  for (size_t i = 0; i < LM_COUNTOF(opts); i++) {
+    h0 = lm_hash_bytes(opts[i], strlen(opts[i]) + 1, h0);
+    h1 = lm_hash_bytes(opts[i], strlen(opts[i]) + 1, h1 ^ 0x9e3779b97f4a7c15ull);
+  }
+  h0 = lm_hash_bytes(source, strlen(source), h0);
+  h1 = lm_hash_bytes(source, strlen(source), h1);
+  char key[40], cubin_path[4200], log_path[4200];
+  snprintf(key, sizeof key, "%016llx%016llx", (unsigned long long)h0, (unsigned long long)h1);
+  int cached = cache_path(key, "cubin", cubin_path, sizeof cubin_path) && cache_path(key, "log", log_path, sizeof log_path);
+  if (cached) {
+    size_t log_size = 0;
+    out->data = slurp(cubin_path, &out->size);
+    out->log = out->data ? slurp(log_path, &log_size) : NULL;
+    if (out->data && out->log) return LM_OK;
+    lm_cubin_free(out);
+  }
   nvrtc_program prog = NULL;
   lm_status st = NV(api.CreateProgram(&prog, source, what, 0, NULL, NULL), what);
   if (st != LM_OK) return st;
@@ -188,15 +256,21 @@ lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, c
   if ((st = NV(api.GetProgramLog(prog, out->log), what)) != LM_OK) goto done;
   if (cr != 0) {
     char path[4200];
-    keep_failure(what, arch, out->log, source, path, sizeof path);
-    st = lm_fail(LM_ERR_COMPILE, "NVRTC could not compile %s for %s (%s): whole log and source in %s\n---- log ----\n%s\n---- source ----\n%s",
-                 what, arch, api.GetErrorString(cr), path[0] ? path : "(no file could be written)", out->log, source);
+    lm_keep_compile_failure("nvrtc", what, arch, out->log, source, path, sizeof path);
+    st = lm_fail(LM_ERR_COMPILE,
+                 "NVRTC could not compile %s for %s (%s): whole log and source in %s\n---- log ----\n%s\n"
+                 "---- source ----\n%s",
+                 what, arch, api.GetErrorString(cr), path, out->log, source);
     goto done;
   }
   if ((st = NV(api.GetCUBINSize(prog, &out->size), what)) != LM_OK) goto done;
   st = LM_ERR_NOMEM;
   if (!(out->data = lm_malloc(out->size ? out->size : 1))) goto done;
   st = NV(api.GetCUBIN(prog, out->data), what);
+  if (st == LM_OK && cached) {
+    spill(log_path, out->log, strlen(out->log));
+    spill(cubin_path, out->data, out->size);
+  }
 done:
   api.DestroyProgram(&prog);
   if (st != LM_OK) lm_cubin_free(out);

@@ -36,11 +36,19 @@ typedef struct lm_cubin {
 } lm_cubin;
 
 /* Compiles `source` (name `what`, used in messages and file names) to CUBIN for `arch` ("sm_90")
- * with --fmad=false -default-device --ptxas-options=-v. On failure LM_ERR_COMPILE; the message
+ * with --fmad=false -default-device --ptxas-options=-v. Results are cached on disk, keyed by
+ * (source, arch, options, NVRTC version): <lumen cache dir>/nvrtc/<key>.cubin and .log (the
+ * log of the compile that made it); LUMEN_NVRTC_CACHE=0 always compiles. On failure LM_ERR_COMPILE; the message
  * names a file holding the whole log and source (<lumen cache dir>/nvrtc-<hash>.txt), then
  * carries the log and the source themselves (lm_last_error keeps the first 4 KB). */
 lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, const char *arch, lm_cubin *out);
 void lm_cubin_free(lm_cubin *c);
+
+/* Writes a failed compile's log and source to <lumen cache dir>/<tool>-<hash>.txt (else /tmp) and
+ * puts the path in `path` (or a note that no file could be written). For error messages, which
+ * lm_last_error truncates. */
+void lm_keep_compile_failure(const char *tool, const char *what, const char *target, const char *log,
+                             const char *source, char *path, size_t cap);
 
 /* What ptxas said about one entry function. */
 typedef struct lm_ptxas_info {

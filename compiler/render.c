@@ -679,6 +679,12 @@ static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
     emit_block(r, sb, l, ind);
     return;
   }
+  /* NVRTC unrolls long constant loops whole (a 64-wide layer costs 255 registers and spills) */
+  if (r->dia == LM_DIALECT_CUDA && constish(r->x, k->loops[l].extent) &&
+      lm_x_eval(r->x, k->loops[l].extent, NULL, NULL) > 16) {
+    indent(sb, ind);
+    lm_sb_puts(sb, "#pragma unroll 4\n");
+  }
   indent(sb, ind);
   if (l == 0 && k->npar > 0) lm_sb_printf(sb, "for (%s i0 = start; i0 < end; i0++) {\n", r->d->i64);
   else {

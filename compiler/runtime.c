@@ -7,10 +7,11 @@
 #include "lumen/runtime.h"
 #include "validate.h"
 
+/* In preference order for "auto": GPUs first, then the cpu, then the interpreter. OpenCL
+ * comes last so auto never picks it (PoCL would win over ref when no C compiler works);
+ * ask for it by name. */
 static const lm_backend_ops *const registry[] = {
-    &lm_backend_metal,
-    &lm_backend_cpu,
-    &lm_backend_ref,
+    &lm_backend_cuda, &lm_backend_metal, &lm_backend_cpu, &lm_backend_ref, &lm_backend_opencl,
 };
 
 struct lm_backend {

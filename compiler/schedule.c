@@ -249,3 +249,184 @@ int lm_schedule_interchange(lm_plan *plan) {
   }
   return changed;
 }
+
+/* ---------------------------------------------------------------- horizontal fusion */
+
+/* Kernels over the same parallel domain that do not depend on each other become one kernel
+ * (several stores per point): an env step's outputs and assigned state, an optimiser's
+ * updates of same-shaped parameters. Statements the two compute alike are shared. */
+
+typedef struct mg {
+  lm_kernel *a;        /* the kernel merged into */
+  const lm_kernel *b;  /* the kernel merged in */
+  lm_exprs *x;
+  lm_expr *vmap;
+  uint32_t *smap;
+  int ok;
+} mg;
+
+static int pure_op(uint8_t op) { return op != LM_S_ACC && op != LM_S_ACC_SUM && op != LM_S_ACC_MAX && op != LM_S_STORE; }
+
+static int chain_has(const lm_kernel *k, int32_t from, int32_t loop) {
+  if (loop < 0) return 1;
+  for (int32_t l = from; l >= 0; l = k->loops[l].parent)
+    if (l == loop) return 1;
+  return 0;
+}
+
+static size_t item_index(const lm_block *b, int is_loop, uint32_t id) {
+  for (size_t i = 0; i < b->n; i++)
+    if (b->items[i].is_loop == is_loop && b->items[i].id == id) return i;
+  return b->n;
+}
+
+/* Inserts statement s into block `loop` of a, before child loop `before` (or at the end),
+ * reusing an identical pure statement already visible there. */
+static uint32_t place_stmt(mg *m, lm_stmt s, int32_t before) {
+  lm_kernel *a = m->a;
+  if (pure_op(s.op)) {
+    const lm_block *blk = s.loop < 0 ? &a->root : &a->loops[s.loop].body;
+    size_t at = before < 0 ? blk->n : item_index(blk, 1, (uint32_t)before);
+    for (size_t i = 0; i < a->nstmts; i++) {
+      const lm_stmt *o = &a->stmts[i];
+      if (o->op != s.op || o->a != s.a || o->b != s.b || o->buf != s.buf || o->local != s.local || o->idx != s.idx ||
+          o->valid != s.valid || o->step != s.step || o->stream != s.stream || memcmp(&o->f, &s.f, sizeof s.f))
+        continue;
+      if (!chain_has(a, s.loop, o->loop)) continue;
+      if (o->loop == s.loop && item_index(blk, 0, (uint32_t)i) >= at) continue;
+      return (uint32_t)i;
+    }
+  }
+  uint32_t id = lm_kernel_add_stmt(a, &s, before);
+  if (id == UINT32_MAX) m->ok = 0;
+  return id == UINT32_MAX ? 0 : id;
+}
+
+/* Adds a loop to block `parent` of a, placed before child loop `before` (or at the end). */
+static int32_t place_loop(mg *m, int32_t parent, int32_t before, lm_expr extent, lm_loopkind kind) {
+  lm_kernel *a = m->a;
+  int32_t l = lm_kernel_add_loop(a, parent, extent, kind);
+  if (l < 0) {
+    m->ok = 0;
+    return -1;
+  }
+  if (before >= 0) { /* move the new item from the end to before `before` */
+    lm_block *blk = parent < 0 ? &a->root : &a->loops[parent].body;
+    size_t at = item_index(blk, 1, (uint32_t)before);
+    lm_item it = blk->items[blk->n - 1];
+    memmove(&blk->items[at + 1], &blk->items[at], (blk->n - 1 - at) * sizeof *blk->items);
+    blk->items[at] = it;
+  }
+  return l;
+}
+
+static lm_stmt remap_stmt(mg *m, uint32_t id, int32_t loop) {
+  const lm_kernel *b = m->b;
+  lm_stmt s = b->stmts[id];
+  s.loop = loop;
+  s.a = m->smap[s.a];
+  s.b = m->smap[s.b];
+  s.idx = s.idx ? lm_x_subst(m->x, s.idx, m->vmap, (int)b->nloops) : 0;
+  s.valid = s.valid ? lm_x_subst(m->x, s.valid, m->vmap, (int)b->nloops) : 0;
+  s.step = s.step ? lm_x_subst(m->x, s.step, m->vmap, (int)b->nloops) : 0;
+  if (s.local) s.buf += (uint32_t)(m->a->nlocals - b->nlocals); /* b's arrays follow a's */
+  if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && !s.local && !lm_kernel_use_buf(m->a, s.buf)) m->ok = 0;
+  return s;
+}
+
+/* A serial loop of b, whole, into a new loop of a. */
+static void copy_serial(mg *m, uint32_t bloop, int32_t parent, int32_t before) {
+  const lm_loop *lp = &m->b->loops[bloop];
+  int32_t nl = place_loop(m, parent, before, lp->extent, (lm_loopkind)lp->kind);
+  if (nl < 0) return;
+  m->vmap[bloop] = lm_x_var(m->x, nl);
+  for (size_t j = 0; j < lp->body.n && m->ok; j++) {
+    lm_item it = lp->body.items[j];
+    if (it.is_loop) copy_serial(m, it.id, nl, -1);
+    else m->smap[it.id] = place_stmt(m, remap_stmt(m, it.id, nl), -1);
+  }
+}
+
+/* b's block at parallel level bl into a's block at the same level al: items before b's
+ * parallel child go before a's parallel child, the rest after everything. */
+static void merge_block(mg *m, int32_t bl, int32_t al) {
+  const lm_kernel *b = m->b;
+  const lm_block *blk = bl < 0 ? &b->root : &b->loops[bl].body;
+  int32_t bchild = bl + 1 < b->npar ? bl + 1 : -1;
+  int32_t achild = al + 1 < m->a->npar ? al + 1 : -1;
+  int passed = 0;
+  for (size_t i = 0; i < blk->n && m->ok; i++) {
+    lm_item it = blk->items[i];
+    int32_t before = passed ? -1 : achild;
+    if (it.is_loop && (int32_t)it.id == bchild) {
+      passed = 1;
+      merge_block(m, bchild, achild);
+    } else if (it.is_loop) copy_serial(m, it.id, al, before);
+    else m->smap[it.id] = place_stmt(m, remap_stmt(m, it.id, al), before);
+  }
+}
+
+static int reads_or_writes(const lm_kernel *k, uint32_t buf, int write) {
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!s->local && s->buf == buf && (write ? s->op == LM_S_STORE : s->op == LM_S_LOAD)) return 1;
+  }
+  return 0;
+}
+
+/* The same outer parallel loops (b's domain a prefix of a's), and neither reads what the
+ * other writes. */
+static int mergeable(const lm_kernel *a, const lm_kernel *b) {
+  if (b->npar > a->npar || b->npar < 1 || a->nloops + b->nloops > 60) return 0;
+  for (int l = 0; l < b->npar; l++)
+    if (a->loops[l].extent != b->loops[l].extent) return 0;
+  for (size_t i = 0; i < b->nstmts; i++) {
+    const lm_stmt *s = &b->stmts[i];
+    if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
+    if (s->op == LM_S_LOAD && reads_or_writes(a, s->buf, 1)) return 0;
+    if (s->op == LM_S_STORE && (reads_or_writes(a, s->buf, 0) || reads_or_writes(a, s->buf, 1))) return 0;
+  }
+  return 1;
+}
+
+int lm_schedule_merge(lm_plan *plan) {
+  int merged = 0;
+  size_t out = 0;
+  for (size_t i = 0; i < plan->nkernels; i++) {
+    lm_kernel *b = &plan->kernels[i];
+    if (out > 0 && !mergeable(&plan->kernels[out - 1], b) && mergeable(b, &plan->kernels[out - 1])) {
+      /* independent kernels may swap: merge into the one with the deeper domain */
+      lm_kernel t = plan->kernels[out - 1];
+      plan->kernels[out - 1] = *b;
+      *b = t;
+    }
+    if (out > 0 && mergeable(&plan->kernels[out - 1], b)) {
+      lm_kernel *a = &plan->kernels[out - 1];
+      mg m = {.a = a, .b = b, .x = &plan->g->x, .ok = 1};
+      m.vmap = lm_calloc(b->nloops + 1, sizeof *m.vmap);
+      m.smap = lm_calloc(b->nstmts + 1, sizeof *m.smap);
+      int ok = m.vmap && m.smap;
+      for (size_t l = 0; ok && l < b->nlocals; l++) {
+        ok = LM_GROW(a->locals, a->localcap, a->nlocals + 1);
+        if (ok) a->locals[a->nlocals++] = b->locals[l];
+      }
+      if (ok) {
+        for (int l = 0; l < b->npar; l++) m.vmap[l] = lm_x_var(m.x, l);
+        merge_block(&m, -1, -1);
+        ok = m.ok && !m.x->failed;
+      }
+      lm_free(m.vmap);
+      lm_free(m.smap);
+      /* a merge fails only when memory runs out, leaving `a` half-merged: report it */
+      if (!ok) return -1;
+      kernel_release(b);
+      merged++;
+      continue;
+    }
+    if (out != i) plan->kernels[out] = *b;
+    out++;
+  }
+  plan->nkernels = out;
+  if (merged) lm_plan_liveness(plan);
+  return merged;
+}

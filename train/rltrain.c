@@ -32,6 +32,9 @@ static void print_usage(FILE *out) {
         "  view CKPT|RUN_DIR|ENV [--headless --out FILE.png|DIR/]\n"
         "                            watch a policy in a window, or capture frames (view --help)\n"
         "  plot RUN_DIR|LOG.csv      learning curve -> RUN_DIR/curve.png\n"
+        "  compile ENV --target cuda|opencl|metal|c [--arch sm_90]\n"
+        "                            build every kernel of ENV's training iteration for a target\n"
+        "                            (no device needed for cuda), with registers and spills\n"
         "  --version                 print the lumen version\n"
         "  help                      show this help (also -h, --help)\n"
         "\n"
@@ -487,6 +490,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "eval")) return lm_cli_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "view")) return lm_cli_view(argc - 2, argv + 2);
+  if (!strcmp(cmd, "compile")) return lm_cli_compile(argc - 2, argv + 2);
   if (!strcmp(cmd, "plot")) return lm_cli_plot(argc - 2, argv + 2);
   const lm_env_spec *e = find_env(cmd);
   if (!e) return 2;

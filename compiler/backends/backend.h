@@ -55,5 +55,7 @@ typedef struct lm_backend_ops {
 extern const lm_backend_ops lm_backend_ref;
 extern const lm_backend_ops lm_backend_cpu;
 extern const lm_backend_ops lm_backend_metal;
+extern const lm_backend_ops lm_backend_cuda;
+extern const lm_backend_ops lm_backend_opencl;
 
 #endif
