@@ -434,3 +434,30 @@ Test(schedule, operand_read_after_many_inlined_reductions_lowers_to_one_kernel_m
   run_both(g, 7, (feed[]){{"x", -1, 1}, {"y", -1, 1}}, 2, (const char *[]){"out"}, 1);
   lm_graph_free(g);
 }
+
+Test(schedule, the_batched_cartpole_step_with_auto_reset_and_rand_is_one_kernel) {
+  const lm_env_spec *env = lm_env_find("cartpole");
+  cr_assert(env);
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor u = lm_rand(g, 1, &N);
+  lm_tensor action = lm_lt(u, lm_scalar_like(u, 0.5f));
+  lm_vec_step vs;
+  OK(lm_env_vec_step(env, g, "env.", N, action, &vs));
+  OK(lm_output(vs.obs, "obs"));
+  OK(lm_output(vs.final_obs, "final_obs"));
+  OK(lm_output(vs.reward, "reward"));
+  OK(lm_output(vs.terminated, "terminated"));
+  OK(lm_output(vs.truncated, "truncated"));
+  lm_backend_t *b = lm_backend_new("cpu");
+  cr_assert(b, "%s", lm_last_error());
+  lm_program_t *p = lm_program_new(b, g);
+  cr_assert(p, "%s", lm_last_error());
+  OK(lm_program_bind(p, "N", 4096));
+  lm_program_stats s;
+  OK(lm_program_get_stats(p, &s));
+  cr_assert_eq(s.kernels, 1, "the batched step took %d kernels", s.kernels);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
