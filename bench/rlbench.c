@@ -1,10 +1,13 @@
 /* bench/rlbench.c — rlbench, lumen's benchmark tool (DESIGN.md §8): a table of named benchmarks,
  * selectable from the command line, each timing lumen side by side with a baseline measured in the
- * same run, printed as a table and optionally written as JSON. Only the public API is used.
- * Today it measures the compiler's cpu backend; env, rollout and training benchmarks join the
- * table in `benches[]` as they land. */
+ * same run, printed as a table and optionally written as JSON. It measures the compiler's cpu
+ * backend (fusion, matmul, compile time), the envs on their own, the rollout (env + policy) and
+ * PPO training with the device and host steppers, and time-to-solve CartPole. Only the public API
+ * is used, plus compiler/cc.h (the kernel compiler) to build a hand-written baseline loop with the
+ * kernels' compiler and flags. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include <dirent.h>
 
 #include "lumen/lumen.h"
+#include "../compiler/cc.h"
 
 /* ================================================================ options */
 
@@ -29,6 +33,13 @@ typedef struct opts {
   const char *only;
   int threads[MAX_THREAD_SETTINGS]; /* 0 = the pool's default ($LUMEN_THREADS or every online CPU) */
   int nthreads;
+  int threads_given;        /* --threads was given (else envs measures 1 and every CPU) */
+  int64_t envs;             /* N of the envs and rollout benchmarks */
+  int64_t env_steps;        /* steps per call of the envs benchmark */
+  int64_t horizon;          /* T of the rollout benchmark */
+  const char *rollout_envs; /* envs of the rollout benchmark */
+  int64_t solve_budget;     /* env steps of time-to-solve (0: lm_ppo_defaults' total_steps) */
+  int seeds;                /* time-to-solve runs per stepper */
 } opts;
 
 /* ================================================================ output */
@@ -202,6 +213,14 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU time of the whole process (every thread): against wall time it shows how much of the
+ * machine a measurement got while other jobs ran. */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -213,6 +232,7 @@ typedef int (*work_fn)(void *arg);
 typedef struct timing {
   double med, min; /* seconds per call */
   int reps, iters; /* repetitions, calls per repetition */
+  double cpu_med;  /* process CPU seconds per call (all threads), median over repetitions */
 } timing;
 
 enum { MAX_REPS = 1000 };
@@ -233,18 +253,42 @@ static int time_work(work_fn fn, void *arg, int reps, timing *t) {
   int iters = one >= TARGET_REP_S ? 1 : (int)ceil(TARGET_REP_S / (one > 1e-7 ? one : 1e-7));
   if (iters > 100000) iters = 100000;
   if (one > SLOW_CALL_S && reps > 3) reps = 3;
-  double s[MAX_REPS];
+  double s[MAX_REPS], c[MAX_REPS];
   for (int r = 0; r < reps; r++) {
-    double a = now_s();
+    double a = now_s(), ca = cpu_s();
     for (int i = 0; i < iters; i++)
       if (fn(arg)) return 1;
     s[r] = (now_s() - a) / iters;
+    c[r] = (cpu_s() - ca) / iters;
   }
   qsort(s, (size_t)reps, sizeof s[0], cmp_double);
+  qsort(c, (size_t)reps, sizeof c[0], cmp_double);
   t->med = reps % 2 ? s[reps / 2] : 0.5 * (s[reps / 2 - 1] + s[reps / 2]);
+  t->cpu_med = reps % 2 ? c[reps / 2] : 0.5 * (c[reps / 2 - 1] + c[reps / 2]);
   t->min = s[0];
   t->reps = reps;
   t->iters = iters;
+  return 0;
+}
+
+/* `calls` single calls, each timed, with no warm-up: for work of seconds per call, where a
+ * warm-up call would cost more than the first-touch effects it hides. */
+static int time_calls(work_fn fn, void *arg, int calls, timing *t) {
+  double s[MAX_REPS], c[MAX_REPS];
+  if (calls > MAX_REPS) calls = MAX_REPS;
+  for (int r = 0; r < calls; r++) {
+    double a = now_s(), ca = cpu_s();
+    if (fn(arg)) return 1;
+    s[r] = now_s() - a;
+    c[r] = cpu_s() - ca;
+  }
+  qsort(s, (size_t)calls, sizeof s[0], cmp_double);
+  qsort(c, (size_t)calls, sizeof c[0], cmp_double);
+  t->med = calls % 2 ? s[calls / 2] : 0.5 * (s[calls / 2 - 1] + s[calls / 2]);
+  t->cpu_med = calls % 2 ? c[calls / 2] : 0.5 * (c[calls / 2 - 1] + c[calls / 2]);
+  t->min = s[0];
+  t->reps = calls;
+  t->iters = 1;
   return 0;
 }
 
@@ -253,6 +297,7 @@ static void rec_timing(record *r, const timing *t) {
   rec_num(r, "ms_min", 1e3 * t->min);
   rec_num(r, "reps", t->reps);
   rec_num(r, "iters_per_rep", t->iters);
+  rec_num(r, "cpu_ms_median", 1e3 * t->cpu_med);
 }
 
 /* ================================================================ shared helpers */
@@ -900,6 +945,914 @@ static int bench_compile(const opts *o) {
   return rc;
 }
 
+/* ================================================================ envs: env-only steps/s */
+
+/* What every env-only variant computes, per env and step: a uniformly random action, the env's
+ * step, the time limit and same-step auto-reset, and two per-env counters (finished episodes and
+ * summed reward) that are checked across the variants before anything is timed. Nothing else is
+ * written per step (no observation or trajectory buffers): the state and the counters only. */
+
+static double loadavg1(void) {
+  double l = NAN;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1) l = NAN;
+    fclose(f);
+  }
+  return l;
+}
+
+/* The thread settings of the env benchmark: 1 and every CPU, unless --threads names others. */
+static int env_thread_settings(const opts *o, int *out) {
+  if (o->threads_given) {
+    for (int k = 0; k < o->nthreads; k++) out[k] = o->threads[k];
+    return o->nthreads;
+  }
+  out[0] = 1;
+  if (thread_label(0) == 1) return 1;
+  out[1] = 0;
+  return 2;
+}
+
+/* Counters of one env-only run, summed over envs. */
+typedef struct env_counts {
+  double episodes, reward, steps;
+  double var_episodes, var_reward; /* variances of the sums, from the per-env spread */
+} env_counts;
+
+/* Sums of per-env counters, and the variance of each sum (n times the per-env variance). */
+static void counts_from(const float *eps, const float *rew, int64_t n, double steps, env_counts *c) {
+  double se = 0, se2 = 0, sr = 0, sr2 = 0;
+  for (int64_t i = 0; i < n; i++) {
+    se += eps[i], se2 += (double)eps[i] * eps[i];
+    sr += rew[i], sr2 += (double)rew[i] * rew[i];
+  }
+  c->episodes = se;
+  c->reward = sr;
+  c->steps = steps;
+  c->var_episodes = n > 1 ? fmax(se2 - se * se / (double)n, 0) * (double)n / (double)(n - 1) : 0;
+  c->var_reward = n > 1 ? fmax(sr2 - sr * sr / (double)n, 0) * (double)n / (double)(n - 1) : 0;
+}
+
+/* Compares a variant's counters with the reference stepper's. The random streams differ, so the
+ * test is statistical: the episode count and the total reward must agree to 5% or to 5 standard
+ * errors of their difference (from the per-env spread), whichever is looser. */
+static int env_counts_check(const char *env, const char *variant, env_counts got, env_counts want) {
+  double de = fabs(got.episodes - want.episodes);
+  double te = fmax(0.05 * fmax(want.episodes, 20.0), 5 * sqrt(got.var_episodes + want.var_episodes));
+  double dr = fabs(got.reward - want.reward);
+  double tr = fmax(0.05 * fabs(want.reward), 5 * sqrt(got.var_reward + want.var_reward));
+  double rg = got.reward / got.steps, rw = want.reward / want.steps;
+  if (de <= te && dr <= tr && isfinite(rg)) return 0;
+  fprintf(stderr,
+          "rlbench: envs: %s %s disagrees with the reference stepper: %.0f episodes and %.5g reward per step over "
+          "%.0f steps; reference %.0f and %.5g\n",
+          env, variant, got.episodes, rg, got.steps, want.episodes, rw);
+  return 1;
+}
+
+static lm_graph_t *env_graph(const lm_env_spec *e) {
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return NULL;
+  lm_dim N = lm_sym(g, "N");
+  lm_vec_step vs;
+  lm_status s = lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs);
+  if (s == LM_OK) {
+    lm_tensor cnt = lm_input(g, "ep.count", LM_ROLE_STATE, 1, &N);
+    lm_tensor rsum = lm_input(g, "ep.reward", LM_ROLE_STATE, 1, &N);
+    s = lm_assign(cnt, lm_add(cnt, lm_maximum(vs.terminated, vs.truncated)));
+    if (s == LM_OK) s = lm_assign(rsum, lm_add(rsum, vs.reward));
+  }
+  if (s == LM_OK) s = lm_graph_validate(g);
+  if (s != LM_OK) {
+    fprintf(stderr, "rlbench: envs: building the %s step graph: %s\n", e->name, lm_last_error());
+    lm_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+static int env_read_counts(lm_program_t *p, int64_t n, float *buf, double steps, env_counts *c) {
+  if (lm_program_read(p, "ep.count", buf, (size_t)n) != LM_OK) return fail_lm("envs: reading ep.count");
+  if (lm_program_read(p, "ep.reward", buf + n, (size_t)n) != LM_OK) return fail_lm("envs: reading ep.reward");
+  counts_from(buf, buf + n, n, steps, c);
+  return 0;
+}
+
+/* Initial states of the n envs: the reference reset with seed 1, env i, run 0. */
+static float *env_initial_state(const lm_env_spec *e, int64_t n) {
+  size_t S = (size_t)e->state_size;
+  float *s = alloc_floats((size_t)n * S);
+  for (int64_t i = 0; i < n; i++) e->ref_reset(s + (size_t)i * S, 1, (uint64_t)i, 0);
+  return s;
+}
+
+/* The compiled env on one cpu backend: build the scan, run it once from the initial state for
+ * the counters, then time it (each call continues from where the last left off). */
+static int env_compiled(lm_backend_t *b, const lm_env_spec *e, lm_graph_t *g, int64_t n, int64_t T, int reps,
+                        timing *t, int *kernels, env_counts *c) {
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+  if (!p) return fail_lm("envs: lm_program_new_scan");
+  int rc = 1;
+  float *s0 = env_initial_state(e, n), *buf = alloc_floats(2 * (size_t)n);
+  lm_program_stats st = {0};
+  if (lm_program_bind(p, "N", n) != LM_OK || lm_program_bind(p, "T", T) != LM_OK ||
+      lm_program_write(p, "state", s0, (size_t)n * (size_t)e->state_size) != LM_OK) {
+    fail_lm("envs: bind/write");
+    goto done;
+  }
+  lm_program_set_seed(p, 1);
+  if (lm_program_run(p) != LM_OK) {
+    fail_lm("envs: first run");
+    goto done;
+  }
+  if (env_read_counts(p, n, buf, (double)n * (double)T, c)) goto done;
+  if (lm_program_get_stats(p, &st) != LM_OK) {
+    fail_lm("lm_program_get_stats");
+    goto done;
+  }
+  *kernels = st.kernels;
+  run_arg a = {p};
+  rc = time_work(run_program, &a, reps, t);
+done:
+  free(s0);
+  free(buf);
+  lm_program_free(p);
+  return rc;
+}
+
+/* The scalar reference stepper on the host, one env at a time (step-major, as the host stepper
+ * of a rollout runs it), random actions from a xorshift64* generator. */
+typedef struct ref_env_arg {
+  const lm_env_spec *e;
+  int64_t n, T;
+  float *state;
+  int *t;
+  uint64_t rng, calls;
+  float *eps, *rew; /* per-env counters */
+} ref_env_arg;
+
+static int run_ref_env(void *arg) {
+  ref_env_arg *q = arg;
+  const lm_env_spec *e = q->e;
+  size_t S = (size_t)e->state_size;
+  int A = lm_env_action_size(e);
+  uint64_t r = q->rng;
+  float act[LM_ENV_MAX_ACT];
+  for (int64_t t = 0; t < q->T; t++) {
+    uint64_t run = q->calls * (uint64_t)q->T + (uint64_t)t + 1;
+    for (int64_t i = 0; i < q->n; i++) {
+      float *s = q->state + (size_t)i * S;
+      for (int k = 0; k < A; k++) {
+        r ^= r >> 12, r ^= r << 25, r ^= r >> 27;
+        uint32_t u = (uint32_t)((r * 0x2545f4914f6cdd1dull) >> 32);
+        if (e->action.kind == LM_SPACE_DISCRETE)
+          act[k] = (float)(int)(((uint64_t)u * (uint64_t)e->action.n) >> 32);
+        else
+          act[k] = e->action.low[k] + (e->action.high[k] - e->action.low[k]) * (float)(u >> 8) * (1.0f / 16777216.0f);
+      }
+      int term = 0;
+      q->rew[i] += e->ref_step(s, act, &term);
+      if (term || ++q->t[i] >= e->time_limit) {
+        q->eps[i] += 1;
+        q->t[i] = 0;
+        e->ref_reset(s, 1, (uint64_t)i, run);
+      }
+    }
+  }
+  q->rng = r;
+  q->calls++;
+  return 0;
+}
+
+/* ---- the hand-written struct-of-arrays CartPole (Gymnasium's Euler physics in float32,
+ * auto-reset, random actions and resets from a per-env xorshift32). The text below is compiled
+ * twice: into rlbench with the project's flags, and at run time by the kernel compiler
+ * (compiler/cc.h) with its flags. Envs are processed in blocks of 256 (the block's state stays
+ * in L1 over the T steps); within a block the i loop is branch-free so it can be vectorised. */
+#define SOA_TEXT(...)                                   \
+  static const char soa_cartpole_src[] = #__VA_ARGS__; \
+  __VA_ARGS__
+
+static void soa_cartpole(int64_t n, int64_t T, float *restrict x, float *restrict xd, float *restrict th,
+                         float *restrict thd, int32_t *restrict tt, uint32_t *restrict rng, float *restrict eps,
+                         float *restrict rsum);
+
+SOA_TEXT(
+void soa_cartpole(int64_t n, int64_t T, float *restrict x, float *restrict xd, float *restrict th,
+                  float *restrict thd, int32_t *restrict tt, uint32_t *restrict rng, float *restrict eps,
+                  float *restrict rsum) {
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    int64_t i1 = i0 + 256 < n ? i0 + 256 : n;
+    for (int64_t t = 0; t < T; t++) {
+      for (int64_t i = i0; i < i1; i++) {
+        uint32_t r0 = rng[i];
+        r0 ^= r0 << 13; r0 ^= r0 >> 17; r0 ^= r0 << 5;
+        uint32_t r1 = r0 ^ (r0 << 13); r1 ^= r1 >> 17; r1 ^= r1 << 5;
+        uint32_t r2 = r1 ^ (r1 << 13); r2 ^= r2 >> 17; r2 ^= r2 << 5;
+        uint32_t r3 = r2 ^ (r2 << 13); r3 ^= r3 >> 17; r3 ^= r3 << 5;
+        uint32_t r4 = r3 ^ (r3 << 13); r4 ^= r4 >> 17; r4 ^= r4 << 5;
+        float force = (r0 >> 31) ? 10.0f : -10.0f;
+        float x0 = x[i], xd0 = xd[i], th0 = th[i], thd0 = thd[i];
+        float c = cosf(th0), s = sinf(th0);
+        float temp = (force + 0.05f * (thd0 * thd0) * s) / 1.1f;
+        float thacc = (9.8f * s - c * temp) / (0.5f * (4.0f / 3.0f - 0.1f * (c * c) / 1.1f));
+        float xacc = temp - 0.05f * thacc * c / 1.1f;
+        float nx = x0 + 0.02f * xd0, nxd = xd0 + 0.02f * xacc;
+        float nth = th0 + 0.02f * thd0, nthd = thd0 + 0.02f * thacc;
+        int32_t nt = tt[i] + 1;
+        int term = (nx < -2.4f) | (nx > 2.4f) | (nth < -0.20943951f) | (nth > 0.20943951f);
+        int done = term | (nt >= 500);
+        x[i] = done ? (float)(int32_t)(r1 >> 8) * (0.1f / 16777216.0f) - 0.05f : nx;
+        xd[i] = done ? (float)(int32_t)(r2 >> 8) * (0.1f / 16777216.0f) - 0.05f : nxd;
+        th[i] = done ? (float)(int32_t)(r3 >> 8) * (0.1f / 16777216.0f) - 0.05f : nth;
+        thd[i] = done ? (float)(int32_t)(r4 >> 8) * (0.1f / 16777216.0f) - 0.05f : nthd;
+        tt[i] = done ? 0 : nt;
+        rng[i] = done ? r4 : r0;
+        eps[i] += done ? 1.0f : 0.0f;
+        rsum[i] += 1.0f;
+      }
+    }
+  }
+}
+)
+
+typedef void (*soa_fn)(int64_t, int64_t, float *restrict, float *restrict, float *restrict, float *restrict,
+                       int32_t *restrict, uint32_t *restrict, float *restrict, float *restrict);
+
+typedef struct soa_state {
+  int64_t n, T;
+  float *x, *xd, *th, *thd, *eps, *rsum;
+  int32_t *tt;
+  uint32_t *rng;
+} soa_state;
+
+static void soa_init(soa_state *s, const lm_env_spec *cartpole, int64_t n, int64_t T) {
+  memset(s, 0, sizeof *s);
+  s->n = n;
+  s->T = T;
+  float *all = alloc_floats((size_t)n * 8);
+  s->x = all, s->xd = all + n, s->th = all + 2 * n, s->thd = all + 3 * n, s->eps = all + 4 * n, s->rsum = all + 5 * n;
+  s->tt = (int32_t *)(all + 6 * n);
+  s->rng = (uint32_t *)(all + 7 * n);
+  float *s0 = env_initial_state(cartpole, n);
+  for (int64_t i = 0; i < n; i++) {
+    s->x[i] = s0[4 * i], s->xd[i] = s0[4 * i + 1], s->th[i] = s0[4 * i + 2], s->thd[i] = s0[4 * i + 3];
+    s->tt[i] = 0;
+    s->rng[i] = (uint32_t)(0x9e3779b9u * (uint32_t)(i + 1)) | 1u;
+    s->eps[i] = s->rsum[i] = 0;
+  }
+  free(s0);
+}
+
+static void soa_counts(const soa_state *s, env_counts *c) {
+  counts_from(s->eps, s->rsum, s->n, (double)s->n * (double)s->T, c);
+}
+
+typedef struct soa_job {
+  soa_fn fn;
+  soa_state *s;
+  int64_t lo, hi;
+} soa_job;
+
+static void *soa_thread(void *arg) {
+  soa_job *j = arg;
+  soa_state *s = j->s;
+  int64_t lo = j->lo;
+  j->fn(j->hi - lo, s->T, s->x + lo, s->xd + lo, s->th + lo, s->thd + lo, s->tt + lo, s->rng + lo, s->eps + lo,
+        s->rsum + lo);
+  return NULL;
+}
+
+typedef struct soa_arg {
+  soa_fn fn;
+  soa_state *s;
+  int threads;
+} soa_arg;
+
+/* One call: T steps of all n envs, split into `threads` contiguous ranges (a pthread each,
+ * created per call: a few tens of microseconds against milliseconds of work). */
+static int run_soa(void *arg) {
+  soa_arg *q = arg;
+  enum { MAXT = 64 };
+  int nt = q->threads < 1 ? 1 : q->threads > MAXT ? MAXT : q->threads;
+  soa_job jobs[MAXT];
+  pthread_t tid[MAXT];
+  int64_t n = q->s->n, chunk = ((n + nt - 1) / nt + 15) / 16 * 16;
+  int started = 0;
+  for (int k = 0; k < nt; k++) {
+    int64_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    jobs[k] = (soa_job){q->fn, q->s, lo < n ? lo : n, hi > lo ? hi : lo};
+  }
+  for (int k = 1; k < nt; k++)
+    if (pthread_create(&tid[k], NULL, soa_thread, &jobs[k]) == 0) started |= 1 << (k & 31);
+    else soa_thread(&jobs[k]);
+  soa_thread(&jobs[0]);
+  for (int k = 1; k < nt; k++)
+    if (started & (1 << (k & 31))) pthread_join(tid[k], NULL);
+  return 0;
+}
+
+/* One hand-written variant: a first call for the counters, then timed. */
+static int soa_measure(soa_fn fn, const lm_env_spec *cartpole, int64_t n, int64_t T, int threads, int reps,
+                       timing *t, env_counts *c) {
+  soa_state s;
+  soa_init(&s, cartpole, n, T);
+  soa_arg a = {fn, &s, threads};
+  run_soa(&a);
+  soa_counts(&s, c);
+  int rc = time_work(run_soa, &a, reps, t);
+  free(s.x);
+  return rc;
+}
+
+static void env_row(const char *env, const char *variant, int thr, int kernels, const timing *t, double steps,
+                    double vs_ref, double vs_hand, const env_counts *c) {
+  char thr_s[16] = "-", kern_s[16] = "-", r1[16] = "", r2[16] = "";
+  if (thr > 0) snprintf(thr_s, sizeof thr_s, "%d", thr);
+  if (kernels >= 0) snprintf(kern_s, sizeof kern_s, "%d", kernels);
+  if (vs_ref > 0) snprintf(r1, sizeof r1, vs_ref < 0.995 ? "%.2fx" : "%.1fx", vs_ref);
+  if (vs_hand > 0) snprintf(r2, sizeof r2, vs_hand < 0.095 ? "%.3fx" : "%.2fx", vs_hand);
+  char len_s[16] = "-";
+  if (c->episodes > 0) snprintf(len_s, sizeof len_s, "%.2f", c->steps / c->episodes);
+  say("  %-22s %-26s %3s %4s %9.2e %9.2e %8.2f %5.0f%% %7s %7s %7s %3dx%d\n", env, variant, thr_s, kern_s,
+      steps / t->med, steps / t->min, 1e3 * t->med, 100.0 * t->cpu_med / t->med, r1, r2, len_s, t->reps, t->iters);
+}
+
+static record *env_record(const char *env, const char *variant, int thr, int kernels, const timing *t, int64_t n,
+                          int64_t T, const env_counts *c) {
+  record *r = rec_new("envs", variant);
+  rec_str(r, "env", "%s", env);
+  rec_num(r, "threads", thr > 0 ? thr : NAN);
+  rec_num(r, "n_envs", (double)n);
+  rec_num(r, "steps_per_call", (double)T);
+  rec_num(r, "kernels", kernels >= 0 ? kernels : NAN);
+  rec_timing(r, t);
+  rec_num(r, "steps_per_s", (double)n * (double)T / t->med);
+  rec_num(r, "steps_per_s_best", (double)n * (double)T / t->min);
+  rec_num(r, "episodes_first_call", c->episodes);
+  rec_num(r, "reward_per_step_first_call", c->steps > 0 ? c->reward / c->steps : NAN);
+  return r;
+}
+
+static int bench_envs(const opts *o) {
+  int64_t n = o->envs, T = o->env_steps;
+  int reps = o->reps < 3 ? o->reps : 3;
+  int settings[MAX_THREAD_SETTINGS], ns = env_thread_settings(o, settings);
+  say("\n== envs: env-only steps/s, random actions, time limit and same-step auto-reset, %lld envs x %lld steps "
+      "per call ==\n"
+      "  compiled = a scan program (lm_program_new_scan) of lm_env_vec_step with the random action drawn by\n"
+      "    RAND inside the graph (lm_env_random_action), on the cpu backend, LUMEN_THREADS=thr; kern = kernels\n"
+      "    per scan (lm_program_get_stats).\n"
+      "  reference = the env's scalar reference stepper (ref_step, ref_reset) on the host, one env at a time,\n"
+      "    1 thread, actions from xorshift64*.\n"
+      "  hand SoA (CartPole only) = a struct-of-arrays C loop written in rlbench (float32 Euler physics as\n"
+      "    Gymnasium, branch-free auto-reset, per-env xorshift32 for actions and resets, 256-env blocks),\n"
+      "    split over thr pthreads; once built with rlbench's own flags (%s, %s, %s) and\n"
+      "    once at run time by the kernel compiler with the kernels' flags (compiler/cc.h).\n"
+      "  Every variant keeps two per-env counters (episodes, summed reward) and writes nothing else per step;\n"
+      "  the first call's counters are checked against the reference (5%% or 5 standard errors of the\n"
+      "  difference, the random streams being different) before timing. x ref = compiled /\n"
+      "  reference steps/s; x hand = compiled / hand-written at the same thr (hand clang: the run-time-built\n"
+      "  loop when there is one). ep len = steps per finished episode in the first call. cpu = process CPU\n"
+      "  time / wall time (all threads): below 100%% x thr, other jobs took the rest of the machine.\n"
+      "  Calls of the env benchmark are timed in at most 3 repetitions (after a warm-up call).\n",
+      (long long)n, (long long)T, self_compiler(), self_opt(), self_isa());
+  say("  %-22s %-26s %3s %4s %9s %9s %8s %6s %7s %7s %7s %s\n", "env", "variant", "thr", "kern", "steps/s", "best/s",
+      "ms/call", "cpu", "x ref", "x hand", "ep len", "reps x iters");
+  int rc = 0;
+  lm_backend_t *backends[MAX_THREAD_SETTINGS] = {0};
+  for (int k = 0; k < ns; k++)
+    if (!(backends[k] = open_cpu(settings[k]))) rc = 1;
+  double steps = (double)n * (double)T;
+  char cp_summary[512] = "";
+
+  /* the run-time-built SoA loop */
+  lm_cc *cc = NULL;
+  lm_cc_lib *lib = NULL;
+  soa_fn soa_rt = NULL;
+  char cc_desc[256] = "";
+  if (lm_cc_open(&cc) == LM_OK) {
+    snprintf(cc_desc, sizeof cc_desc, "%s", lm_cc_describe(cc));
+    size_t len = strlen(soa_cartpole_src) + 128;
+    char *src = malloc(len);
+    if (src) {
+      snprintf(src, len, "#include <math.h>\n#include <stdint.h>\n%s\n", soa_cartpole_src);
+      if (lm_cc_build(cc, src, &lib) == LM_OK) soa_rt = (soa_fn)(uintptr_t)lm_cc_sym(lib, "soa_cartpole");
+      free(src);
+    }
+    if (!soa_rt) fprintf(stderr, "rlbench: envs: building the SoA loop at run time failed: %s\n", lm_last_error());
+  } else {
+    fprintf(stderr, "rlbench: envs: no run-time C compiler (%s); the hand SoA loop is measured as built only\n",
+            lm_last_error());
+  }
+
+  for (int ei = 0; ei < lm_env_count(); ei++) {
+    const lm_env_spec *e = lm_env_at(ei);
+    int is_cp = !strcmp(e->name, "cartpole");
+    /* the reference first: the others are checked against its counters */
+    ref_env_arg ra = {e, n, T, env_initial_state(e, n), calloc((size_t)n, sizeof(int)), 0x2545f4914f6cdd1dull, 0,
+                      NULL, NULL};
+    float *ref_counts = calloc(2 * (size_t)n, sizeof(float));
+    if (!ra.t || !ref_counts) {
+      fputs("rlbench: out of memory\n", stderr);
+      exit(1);
+    }
+    ra.eps = ref_counts, ra.rew = ref_counts + n;
+    run_ref_env(&ra);
+    env_counts want;
+    counts_from(ra.eps, ra.rew, n, steps, &want);
+    timing tref;
+    time_work(run_ref_env, &ra, reps, &tref);
+    free(ra.state);
+    free(ra.t);
+    free(ref_counts);
+    double ref_sps = steps / tref.med;
+    env_row(e->name, "reference stepper", 1, -1, &tref, steps, -1, -1, &want);
+    env_record(e->name, "reference", 1, -1, &tref, n, T, &want);
+
+    /* the hand-written loops (CartPole) */
+    double hand_sps[2][MAX_THREAD_SETTINGS] = {{0}};
+    if (is_cp) {
+      for (int which = 0; which < 2; which++) {
+        soa_fn fn = which ? soa_rt : soa_cartpole;
+        if (!fn) continue;
+        for (int k = 0; k < ns; k++) {
+          int thr = thread_label(settings[k]);
+          timing th;
+          env_counts hc;
+          if (soa_measure(fn, e, n, T, thr, reps, &th, &hc) || env_counts_check(e->name, "hand SoA", hc, want)) {
+            rc = 1;
+            continue;
+          }
+          hand_sps[which][k] = steps / th.med;
+          env_row(e->name, which ? "hand SoA, kernel cc" : "hand SoA, rlbench flags", thr, -1, &th, steps,
+                  -1, -1, &hc);
+          record *r = env_record(e->name, which ? "hand_soa_runtime_cc" : "hand_soa_rlbench_flags", thr, -1, &th, n,
+                                 T, &hc);
+          rec_str(r, "compiler", "%s", which ? cc_desc : self_compiler());
+          if (!which) rec_str(r, "flags", "%s; %s", self_opt(), self_isa());
+        }
+      }
+    }
+
+    /* the compiled graph */
+    lm_graph_t *g = env_graph(e);
+    if (!g) {
+      rc = 1;
+      continue;
+    }
+    for (int k = 0; k < ns; k++) {
+      if (!backends[k]) continue;
+      int thr = thread_label(settings[k]), kernels = -1;
+      timing tc;
+      env_counts cc_counts;
+      if (env_compiled(backends[k], e, g, n, T, reps, &tc, &kernels, &cc_counts) ||
+          env_counts_check(e->name, "compiled", cc_counts, want)) {
+        say("  %-22s %-26s %3d  FAILED (see stderr)\n", e->name, "compiled (cpu)", thr);
+        rc = 1;
+        continue;
+      }
+      double sps = steps / tc.med;
+      double hand = is_cp ? (hand_sps[1][k] > 0 ? hand_sps[1][k] : hand_sps[0][k]) : 0;
+      env_row(e->name, "compiled (cpu)", thr, kernels, &tc, steps, sps / ref_sps, hand > 0 ? sps / hand : -1,
+              &cc_counts);
+      record *r = env_record(e->name, "compiled_cpu", thr, kernels, &tc, n, T, &cc_counts);
+      rec_num(r, "ratio_vs_reference", sps / ref_sps);
+      if (is_cp && hand_sps[0][k] > 0) rec_num(r, "ratio_vs_hand_rlbench_flags", sps / hand_sps[0][k]);
+      if (is_cp && hand_sps[1][k] > 0) rec_num(r, "ratio_vs_hand_runtime_cc", sps / hand_sps[1][k]);
+      if (is_cp)
+        snprintf(cp_summary + strlen(cp_summary), sizeof cp_summary - strlen(cp_summary),
+                 "%s%d thr: %.3gx the hand loop built by the kernel compiler, %.3gx built with rlbench's flags, "
+                 "%.3gx the reference",
+                 cp_summary[0] ? "; " : "", thr, hand_sps[1][k] > 0 ? sps / hand_sps[1][k] : NAN,
+                 hand_sps[0][k] > 0 ? sps / hand_sps[0][k] : NAN, sps / ref_sps);
+    }
+    lm_graph_free(g);
+  }
+  if (cc_desc[0]) say("  kernel compiler (compiled rows and 'hand SoA, kernel cc'): %s\n", cc_desc);
+  if (cp_summary[0]) say("  CartPole compiled (target: >= 1x the hand loop): %s\n", cp_summary);
+  lm_cc_lib_close(lib);
+  lm_cc_close(cc);
+  for (int k = 0; k < ns; k++) lm_backend_free(backends[k]);
+  return rc;
+}
+
+/* ================================================================ rollout: env + policy */
+
+static const char *stepper_name(lm_stepper s) { return s == LM_STEPPER_HOST ? "host" : "device"; }
+
+/* Splits a comma-separated list of env names into specs; 0 on success. */
+static int env_list(const char *list, const lm_env_spec **out, int cap, int *count) {
+  *count = 0;
+  for (const char *p = list;;) {
+    size_t len = strcspn(p, ",");
+    char name[64];
+    if (!len || len >= sizeof name) return 1;
+    memcpy(name, p, len);
+    name[len] = 0;
+    const lm_env_spec *e = lm_env_find(name);
+    if (!e || *count == cap) return 1;
+    out[(*count)++] = e;
+    if (!p[len]) break;
+    p += len + 1;
+  }
+  return 0;
+}
+
+typedef struct rollout_arg {
+  lm_rollout *r;
+} rollout_arg;
+
+static int run_rollout(void *arg) {
+  rollout_arg *a = arg;
+  if (lm_rollout_run(a->r) != LM_OK) return fail_lm("lm_rollout_run");
+  return 0;
+}
+
+typedef struct rollout_result {
+  timing t;
+  int kernels;
+  double episodes, mean_return, mean_length;
+} rollout_result;
+
+/* Builds a rollout (CleanRL's default 64-64 tanh actor-critic, orthogonal init, seed 1), times
+ * lm_rollout_run, then reads the statistics of the episodes every run so far finished (they are
+ * compared between the steppers). */
+static int rollout_measure(lm_backend_t *b, const lm_env_spec *e, lm_stepper st, int64_t n, int64_t T, int reps,
+                           rollout_result *out) {
+  lm_policy_config cfg = lm_policy_default();
+  lm_rollout *r = lm_rollout_new(b, e, &cfg, n, T, st);
+  if (!r) return fail_lm("lm_rollout_new");
+  int rc = 1;
+  lm_program_t *pp = st == LM_STEPPER_HOST ? lm_rollout_policy_program(r) : lm_rollout_program(r);
+  lm_program_stats s = {0};
+  if (lm_policy_init(lm_rollout_policy(r), pp, 1) != LM_OK || lm_rollout_reset(r, 1) != LM_OK ||
+      lm_program_get_stats(pp, &s) != LM_OK) {
+    fail_lm("rollout: init/reset/stats");
+    goto done;
+  }
+  out->kernels = st == LM_STEPPER_HOST ? s.kernels * (int)T : s.kernels;
+  rollout_arg a = {r};
+  if (time_calls(run_rollout, &a, reps, &out->t)) goto done;
+  if (lm_rollout_take_stats(r, &out->episodes, &out->mean_return, &out->mean_length) != LM_OK) {
+    fail_lm("lm_rollout_take_stats");
+    goto done;
+  }
+  rc = 0;
+done:
+  lm_rollout_free(r);
+  return rc;
+}
+
+static int bench_rollout(const opts *o) {
+  const lm_env_spec *envs[16];
+  int ne = 0;
+  if (env_list(o->rollout_envs, envs, 16, &ne)) {
+    fprintf(stderr, "rlbench: rollout: bad env list '%s'\n", o->rollout_envs);
+    return 1;
+  }
+  int64_t n = o->envs, T = o->horizon;
+  say("\n== rollout: env + policy steps/s (rollout only), %lld envs x %lld steps per lm_rollout_run ==\n"
+      "  policy: obs -> 64 -> 64 -> actions/value, tanh, separate actor and critic trunks (lm_policy_default),\n"
+      "  orthogonal init; sampling from RAND, same-step auto-reset, the whole trajectory written (obs, action,\n"
+      "  logp, value, reward, terminated, truncated, final obs) and episode statistics kept.\n"
+      "  device = one scan program (the whole rollout; kern = kernels per rollout); host = the policy program\n"
+      "  run once per step (kern = its kernels x T) with the env stepped by the scalar reference on the host\n"
+      "  and obs/actions copied across every step. x host = device / host steps/s. ep len/ret = means of the\n"
+      "  episodes finished during the timed calls (-: none; the steppers must agree on the length to 25%%,\n"
+      "  compared when both finished some). cpu = process CPU time / wall time. A call is long (N*T steps: seconds\n"
+      "  here), so at most 2 calls are timed (med = their mean), with no warm-up call (the kernels are\n"
+      "  compiled in lm_rollout_new; first-touch costs are a few ms).\n",
+      (long long)n, (long long)T);
+  say("  %-22s %3s %-7s %5s %9s %9s %9s %5s %8s %8s %9s %s\n", "env", "thr", "stepper", "kern", "steps/s", "best/s",
+      "ms/call", "cpu", "x host", "ep len", "ep ret", "reps x iters");
+  int reps = o->reps < 2 ? o->reps : 2;
+  int rc = 0;
+  lm_backend_t *backends[MAX_THREAD_SETTINGS] = {0};
+  for (int k = 0; k < o->nthreads; k++)
+    if (!(backends[k] = open_cpu(o->threads[k]))) rc = 1;
+  double steps = (double)n * (double)T;
+  for (int ei = 0; ei < ne; ei++) {
+    const lm_env_spec *e = envs[ei];
+    for (int k = 0; k < o->nthreads; k++) {
+      if (!backends[k]) continue;
+      int thr = thread_label(o->threads[k]);
+      rollout_result res[2];
+      int ok[2] = {0, 0};
+      for (int si = 1; si >= 0; si--) { /* host first: the device row carries the ratio */
+        lm_stepper st = si ? LM_STEPPER_HOST : LM_STEPPER_DEVICE;
+        memset(&res[si], 0, sizeof res[si]);
+        ok[si] = rollout_measure(backends[k], e, st, n, T, reps, &res[si]) == 0;
+        if (!ok[si]) {
+          say("  %-22s %3d %-7s  FAILED (see stderr)\n", e->name, thr, stepper_name(st));
+          rc = 1;
+          continue;
+        }
+        if (!si && ok[0] && ok[1]) {
+          double d = res[0].mean_length, h = res[1].mean_length;
+          if (res[0].episodes > 0 && res[1].episodes > 0 && !(fabs(d - h) <= 0.25 * fmax(d, h))) {
+            fprintf(stderr,
+                    "rlbench: rollout %s: the device and host steppers disagree: %.0f episodes of mean length %.2f "
+                    "vs %.0f of %.2f\n",
+                    e->name, res[0].episodes, d, res[1].episodes, h);
+            rc = 1;
+          }
+        }
+        const rollout_result *q = &res[si];
+        double sps = steps / q->t.med;
+        char ratio[16] = "";
+        if (!si && ok[1]) snprintf(ratio, sizeof ratio, "%.2fx", sps / (steps / res[1].t.med));
+        char len_s[24] = "-", ret_s[24] = "-";
+        if (q->episodes > 0) {
+          snprintf(len_s, sizeof len_s, "%.2f", q->mean_length);
+          snprintf(ret_s, sizeof ret_s, "%.2f", q->mean_return);
+        }
+        say("  %-22s %3d %-7s %5d %9.2e %9.2e %9.2f %4.0f%% %8s %8s %9s %3dx%d\n", e->name, thr, stepper_name(st),
+            q->kernels, sps, steps / q->t.min, 1e3 * q->t.med, 100.0 * q->t.cpu_med / q->t.med, ratio, len_s, ret_s,
+            q->t.reps, q->t.iters);
+        record *r = rec_new("rollout", stepper_name(st));
+        rec_str(r, "env", "%s", e->name);
+        rec_num(r, "threads", thr);
+        rec_num(r, "n_envs", (double)n);
+        rec_num(r, "horizon", (double)T);
+        rec_num(r, "kernels_per_rollout", q->kernels);
+        rec_timing(r, &q->t);
+        rec_num(r, "steps_per_s", sps);
+        rec_num(r, "steps_per_s_best", steps / q->t.min);
+        rec_num(r, "check_episodes", q->episodes);
+        rec_num(r, "check_mean_length", q->mean_length);
+        rec_num(r, "check_mean_return", q->mean_return);
+        if (!si && ok[1]) rec_num(r, "ratio_device_over_host", sps / (steps / res[1].t.med));
+      }
+    }
+  }
+  for (int k = 0; k < o->nthreads; k++) lm_backend_free(backends[k]);
+  return rc;
+}
+
+/* ================================================================ train: env + policy + PPO */
+
+/* Mean return of the last `want` finished episodes from per-iteration counts and means (as
+ * rltrain computes it): the newest iterations first, the oldest one counted in part. */
+typedef struct ep_window {
+  double count[4096], sum[4096];
+  int n;
+} ep_window;
+
+static void window_push(ep_window *w, double count, double mean) {
+  if (w->n == 4096) {
+    memmove(w->count, w->count + 2048, 2048 * sizeof w->count[0]);
+    memmove(w->sum, w->sum + 2048, 2048 * sizeof w->sum[0]);
+    w->n = 2048;
+  }
+  w->count[w->n] = count;
+  w->sum[w->n++] = count * mean;
+}
+
+static double window_mean(const ep_window *w, double want, double *have) {
+  double c = 0, s = 0;
+  for (int i = w->n; i-- > 0 && c < want;) {
+    double take = w->count[i] < want - c ? w->count[i] : want - c;
+    if (w->count[i] > 0) s += w->sum[i] * take / w->count[i];
+    c += take;
+  }
+  *have = c;
+  return c > 0 ? s / c : 0;
+}
+
+typedef struct train_tput {
+  double med, min, rollout_med, update_med, cpu_med; /* seconds per iteration */
+  int kernels, iters;
+  int64_t steps_per_iter;
+} train_tput;
+
+/* lm_trainer_iterate with lm_ppo_defaults: 2 warm-up iterations, then `iters` timed one by one. */
+static int train_throughput(lm_backend_t *b, const lm_env_spec *e, lm_stepper st, int iters, train_tput *out) {
+  lm_ppo_config cfg = lm_ppo_defaults(e);
+  cfg.stepper = st;
+  lm_trainer *t = lm_trainer_new(b, e, &cfg);
+  if (!t) return fail_lm("lm_trainer_new");
+  double wall[MAX_REPS], ro[MAX_REPS], up[MAX_REPS], cpu[MAX_REPS];
+  int rc = 0;
+  for (int i = 0; i < 2 + iters && !rc; i++) {
+    lm_iter_stats s;
+    double t0 = now_s(), c0 = cpu_s();
+    if (lm_trainer_iterate(t, &s) != LM_OK) {
+      rc = fail_lm("lm_trainer_iterate");
+      break;
+    }
+    if (i >= 2) wall[i - 2] = now_s() - t0, cpu[i - 2] = cpu_s() - c0, ro[i - 2] = s.rollout_s, up[i - 2] = s.update_s;
+  }
+  if (!rc) {
+    qsort(wall, (size_t)iters, sizeof wall[0], cmp_double);
+    qsort(ro, (size_t)iters, sizeof ro[0], cmp_double);
+    qsort(up, (size_t)iters, sizeof up[0], cmp_double);
+    qsort(cpu, (size_t)iters, sizeof cpu[0], cmp_double);
+#define MEDIAN(v) (iters % 2 ? (v)[iters / 2] : 0.5 * ((v)[iters / 2 - 1] + (v)[iters / 2]))
+    out->med = MEDIAN(wall);
+    out->min = wall[0];
+    out->rollout_med = MEDIAN(ro);
+    out->update_med = MEDIAN(up);
+    out->cpu_med = MEDIAN(cpu);
+#undef MEDIAN
+    out->kernels = lm_trainer_kernels_per_iteration(t);
+    out->iters = iters;
+    out->steps_per_iter = cfg.n_envs * cfg.horizon;
+  }
+  lm_trainer_free(t);
+  return rc;
+}
+
+typedef struct solve_result {
+  int solved;
+  double wall_s, setup_s, mean100, cpu_s;
+  int64_t env_steps, iterations;
+} solve_result;
+
+/* Time-to-solve: wall seconds from lm_trainer_new (kernels already in the on-disk cache) until
+ * the mean return of the last 100 finished episodes reaches the env's threshold, or the step
+ * budget runs out. */
+static int train_solve(lm_backend_t *b, const lm_env_spec *e, lm_stepper st, uint64_t seed, int64_t budget,
+                       solve_result *out) {
+  lm_ppo_config cfg = lm_ppo_defaults(e);
+  cfg.stepper = st;
+  cfg.seed = seed;
+  if (budget > 0) cfg.total_steps = budget;
+  memset(out, 0, sizeof *out);
+  /* warm the compile cache (a no-op if the throughput run already did) */
+  lm_trainer *t = lm_trainer_new(b, e, &cfg);
+  if (!t) return fail_lm("lm_trainer_new");
+  lm_trainer_free(t);
+  static ep_window w;
+  memset(&w, 0, sizeof w);
+  double t0 = now_s(), c0 = cpu_s();
+  t = lm_trainer_new(b, e, &cfg);
+  if (!t) return fail_lm("lm_trainer_new");
+  out->setup_s = now_s() - t0;
+  int rc = 0;
+  int64_t iters = lm_trainer_total_iterations(t);
+  while (lm_trainer_iterations(t) < iters) {
+    lm_iter_stats s;
+    if (lm_trainer_iterate(t, &s) != LM_OK) {
+      rc = fail_lm("lm_trainer_iterate");
+      break;
+    }
+    window_push(&w, s.episodes, s.mean_return);
+    double have;
+    out->mean100 = window_mean(&w, 100, &have);
+    out->env_steps = s.env_steps;
+    out->iterations = s.iteration;
+    if (have >= 100 && out->mean100 >= e->solved_return) {
+      out->solved = 1;
+      break;
+    }
+  }
+  out->wall_s = now_s() - t0;
+  out->cpu_s = cpu_s() - c0;
+  lm_trainer_free(t);
+  return rc;
+}
+
+static int cmp_solve(const void *a, const void *b) {
+  const solve_result *x = a, *y = b;
+  /* unsolved runs sort last */
+  double u = x->solved ? x->wall_s : INFINITY, v = y->solved ? y->wall_s : INFINITY;
+  return (u > v) - (u < v);
+}
+
+static int bench_train(const opts *o) {
+  const lm_env_spec *e = lm_env_find("cartpole");
+  if (!e) return fail_lm("train: no cartpole env");
+  lm_ppo_config def = lm_ppo_defaults(e);
+  int64_t budget = o->solve_budget > 0 ? o->solve_budget : def.total_steps;
+  say("\n== train: env + policy + PPO steps/s and time-to-solve, %s with lm_ppo_defaults ==\n"
+      "  defaults: %lld envs x %lld steps per iteration, %d epochs x %d minibatches, lr %g annealed over\n"
+      "  total_steps, 64-64 tanh actor-critic. steps/s = envs x steps / median wall time of one\n"
+      "  lm_trainer_iterate (after 2 warm-up iterations; %d timed); rollout/update = medians of the two\n"
+      "  phases (lm_iter_stats); kern = kernels launched per iteration (lm_trainer_kernels_per_iteration;\n"
+      "  host: the policy program's kernels x T). x host = device / host steps/s.\n",
+      e->gym_id, (long long)def.n_envs, (long long)def.horizon, def.epochs, def.minibatches, (double)def.lr,
+      o->reps);
+  say("  %-10s %3s %-7s %5s %9s %9s %9s %10s %10s %5s %8s\n", "env", "thr", "stepper", "kern", "steps/s", "best/s",
+      "ms/iter", "rollout ms", "update ms", "cpu", "x host");
+  int rc = 0;
+  lm_backend_t *backends[MAX_THREAD_SETTINGS] = {0};
+  for (int k = 0; k < o->nthreads; k++)
+    if (!(backends[k] = open_cpu(o->threads[k]))) rc = 1;
+  for (int k = 0; k < o->nthreads; k++) {
+    if (!backends[k]) continue;
+    int thr = thread_label(o->threads[k]);
+    train_tput tp[2];
+    int ok[2] = {0, 0};
+    for (int si = 1; si >= 0; si--) {
+      lm_stepper st = si ? LM_STEPPER_HOST : LM_STEPPER_DEVICE;
+      memset(&tp[si], 0, sizeof tp[si]);
+      ok[si] = train_throughput(backends[k], e, st, o->reps, &tp[si]) == 0;
+      if (!ok[si]) {
+        say("  %-10s %3d %-7s  FAILED (see stderr)\n", e->name, thr, stepper_name(st));
+        rc = 1;
+        continue;
+      }
+      const train_tput *q = &tp[si];
+      double sps = (double)q->steps_per_iter / q->med;
+      char ratio[16] = "";
+      if (!si && ok[1]) snprintf(ratio, sizeof ratio, "%.2fx", sps / ((double)tp[1].steps_per_iter / tp[1].med));
+      say("  %-10s %3d %-7s %5d %9.2e %9.2e %9.1f %10.1f %10.1f %4.0f%% %8s\n", e->name, thr, stepper_name(st),
+          q->kernels, sps, (double)q->steps_per_iter / q->min, 1e3 * q->med, 1e3 * q->rollout_med,
+          1e3 * q->update_med, 100.0 * q->cpu_med / q->med, ratio);
+      record *r = rec_new("train", stepper_name(st));
+      rec_str(r, "env", "%s", e->name);
+      rec_num(r, "threads", thr);
+      rec_num(r, "n_envs", (double)def.n_envs);
+      rec_num(r, "horizon", (double)def.horizon);
+      rec_num(r, "kernels_per_iteration", q->kernels);
+      rec_num(r, "iterations_timed", q->iters);
+      rec_num(r, "ms_per_iter_median", 1e3 * q->med);
+      rec_num(r, "ms_per_iter_min", 1e3 * q->min);
+      rec_num(r, "rollout_ms_median", 1e3 * q->rollout_med);
+      rec_num(r, "update_ms_median", 1e3 * q->update_med);
+      rec_num(r, "cpu_ms_per_iter_median", 1e3 * q->cpu_med);
+      rec_num(r, "steps_per_s", sps);
+      rec_num(r, "steps_per_s_best", (double)q->steps_per_iter / q->min);
+      if (!si && ok[1]) rec_num(r, "ratio_device_over_host", sps / ((double)tp[1].steps_per_iter / tp[1].med));
+    }
+  }
+
+  say("\n  time-to-solve %s: wall seconds from lm_trainer_new (warm kernel cache: a trainer is built and\n"
+      "  freed first) until the mean return of the last 100 finished episodes (a rolling window over\n"
+      "  per-iteration counts and means, as rltrain computes it) is >= %.0f; budget %lld env steps%s\n"
+      "  (the learning rate anneals over the budget). %d seed(s) per stepper, from 1; one run each, so\n"
+      "  this is noisy: the wall time depends on the seed and on other jobs on the machine. setup = the\n"
+      "  lm_trainer_new part; cpu s = process CPU seconds (all threads) of the same span. x host = host\n"
+      "  wall / device wall (of the medians).\n",
+      e->gym_id, (double)e->solved_return, (long long)budget, o->solve_budget > 0 ? "" : " (lm_ppo_defaults)",
+      o->seeds);
+  say("  %-10s %3s %-7s %6s %8s %8s %8s %10s %8s %10s %8s %8s\n", "env", "thr", "stepper", "solved", "wall s",
+      "cpu s", "setup s", "env steps", "iters", "last100", "steps/s", "x host");
+  for (int k = 0; k < o->nthreads; k++) {
+    if (!backends[k]) continue;
+    int thr = thread_label(o->threads[k]);
+    double med_wall[2] = {NAN, NAN};
+    for (int si = 1; si >= 0; si--) {
+      lm_stepper st = si ? LM_STEPPER_HOST : LM_STEPPER_DEVICE;
+      solve_result runs[16];
+      int nr = 0, solved = 0;
+      for (int s = 0; s < o->seeds; s++) {
+        if (train_solve(backends[k], e, st, (uint64_t)(s + 1), budget, &runs[nr])) {
+          rc = 1;
+          continue;
+        }
+        record *r = rec_new("time_to_solve", stepper_name(st));
+        rec_str(r, "env", "%s", e->name);
+        rec_num(r, "threads", thr);
+        rec_num(r, "seed", s + 1);
+        rec_num(r, "solved", runs[nr].solved);
+        rec_num(r, "wall_s", runs[nr].wall_s);
+        rec_num(r, "setup_s", runs[nr].setup_s);
+        rec_num(r, "cpu_s", runs[nr].cpu_s);
+        rec_num(r, "env_steps", (double)runs[nr].env_steps);
+        rec_num(r, "iterations", (double)runs[nr].iterations);
+        rec_num(r, "mean_return_last100", runs[nr].mean100);
+        rec_num(r, "threshold", e->solved_return);
+        rec_num(r, "budget_env_steps", (double)budget);
+        solved += runs[nr].solved;
+        nr++;
+      }
+      if (!nr) continue;
+      qsort(runs, (size_t)nr, sizeof runs[0], cmp_solve);
+      /* the median run, unsolved ones counting as slowest */
+      const solve_result *m = &runs[nr / 2];
+      char sv[16], ratio[16] = "";
+      snprintf(sv, sizeof sv, "%d/%d", solved, nr);
+      if (m->solved) med_wall[si] = m->wall_s;
+      if (!si && isfinite(med_wall[0]) && isfinite(med_wall[1]))
+        snprintf(ratio, sizeof ratio, "%.2fx", med_wall[1] / med_wall[0]);
+      if (m->solved)
+        say("  %-10s %3d %-7s %6s %8.2f %8.2f %8.2f %10lld %8lld %10.2f %8.0f %8s\n", e->name, thr,
+            stepper_name(st), sv, m->wall_s, m->cpu_s, m->setup_s, (long long)m->env_steps, (long long)m->iterations,
+            m->mean100, (double)m->env_steps / m->wall_s, ratio);
+      else
+        say("  %-10s %3d %-7s %6s %8s %8.2f %8.2f %10lld %8lld %10.2f %8.0f %8s  NOT SOLVED within %lld steps (%.1f s)\n",
+            e->name, thr, stepper_name(st), sv, "-", m->cpu_s, m->setup_s, (long long)m->env_steps,
+            (long long)m->iterations, m->mean100, (double)m->env_steps / m->wall_s, ratio, (long long)budget,
+            m->wall_s);
+      record *r = rec_new("time_to_solve", stepper_name(st));
+      rec_str(r, "env", "%s", e->name);
+      rec_num(r, "threads", thr);
+      rec_str(r, "summary", "median of %d seed(s)", nr);
+      rec_num(r, "solved_runs", solved);
+      rec_num(r, "runs", nr);
+      rec_num(r, "wall_s_median", m->solved ? m->wall_s : NAN);
+      rec_num(r, "env_steps_median_run", (double)m->env_steps);
+      if (!si && isfinite(med_wall[0]) && isfinite(med_wall[1]))
+        rec_num(r, "ratio_host_over_device_wall", med_wall[1] / med_wall[0]);
+    }
+  }
+  for (int k = 0; k < o->nthreads; k++) lm_backend_free(backends[k]);
+  return rc;
+}
+
 /* ================================================================ the table of benchmarks */
 
 typedef struct bench {
@@ -913,6 +1866,10 @@ static const bench benches[] = {
     {"matmul", "matmul GFLOP/s: generated cpu kernels vs naive i-k-j / i-j-k C, BENCHMARKS.md shapes",
      bench_matmul},
     {"compile", "lm_program_new time, cold and warm kernel cache", bench_compile},
+    {"envs", "env-only steps/s of every env: compiled graph (1 and all threads) vs reference stepper vs hand SoA C",
+     bench_envs},
+    {"rollout", "env + policy steps/s (rollout only): device stepper vs host stepper", bench_rollout},
+    {"train", "env + policy + PPO steps/s and time-to-solve CartPole: device vs host stepper", bench_train},
 };
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 
@@ -927,12 +1884,20 @@ static void usage(FILE *f) {
         "options:\n"
         "  --list               list the benchmarks and exit\n"
         "  --only NAME[,NAME]   run only these benchmarks (default: all)\n"
-        "  --quick              skip the slowest cases (the 1024^3 matmul)\n"
+        "  --quick              shorter: no 1024^3 matmul; envs 64 steps per call, rollout cartpole only\n"
+        "                       and T=32, 3 training iterations timed\n"
         "  --reps K             timed repetitions per measurement (default 7, 1..1000)\n"
         "  --n N                elements of the elementwise chain on cpu (default 4194304 = 1<<22)\n"
         "  --ref-n N            elements of the chain on the ref interpreter (default 65536)\n"
         "  --threads T[,T]      cpu thread counts to measure, each a number or 'all' (the pool's\n"
         "                       default: $LUMEN_THREADS, else every online CPU); default: all\n"
+        "  --envs N             envs of the envs and rollout benchmarks (default 4096)\n"
+        "  --env-steps T        steps per call of the envs benchmark (default 256; --quick 64)\n"
+        "  --horizon T          steps per rollout of the rollout benchmark (default 128; --quick 32)\n"
+        "  --rollout-envs LIST  envs of the rollout benchmark (default cartpole,acrobot,pendulum;\n"
+        "                       --quick cartpole)\n"
+        "  --solve-budget S     env-step budget of time-to-solve (default: lm_ppo_defaults' total_steps)\n"
+        "  --seeds K            time-to-solve runs per stepper, seeds 1..K (default 1, at most 16)\n"
         "  --json FILE          also write every number as JSON to FILE ('-' = stdout)\n"
         "  -h, --help           this text\n"
         "\n"
@@ -1030,7 +1995,11 @@ static int write_json(const opts *o, const int *selected, const char *model) {
   fprintf(f, ",\n  \"options\": {\"n\": %lld, \"ref_n\": %lld, \"reps\": %d, \"quick\": %s, \"threads\": [",
           (long long)o->n, (long long)o->ref_n, o->reps, o->quick ? "true" : "false");
   for (int k = 0; k < o->nthreads; k++) fprintf(f, "%s%d", k ? ", " : "", thread_label(o->threads[k]));
-  fprintf(f, "], \"benchmarks\": [");
+  fprintf(f, "], \"envs\": %lld, \"env_steps\": %lld, \"horizon\": %lld, \"rollout_envs\": ", (long long)o->envs,
+          (long long)o->env_steps, (long long)o->horizon);
+  json_string(f, o->rollout_envs);
+  fprintf(f, ", \"solve_budget\": %lld, \"seeds\": %d", (long long)o->solve_budget, o->seeds);
+  fprintf(f, ", \"benchmarks\": [");
   for (size_t i = 0, first = 1; i < NBENCHES; i++)
     if (selected[i]) {
       fprintf(f, "%s", first ? "" : ", ");
@@ -1063,7 +2032,8 @@ static int write_json(const opts *o, const int *selected, const char *model) {
 }
 
 int main(int argc, char **argv) {
-  opts o = {.n = (int64_t)1 << 22, .ref_n = (int64_t)1 << 16, .reps = 7, .nthreads = 1};
+  opts o = {.n = (int64_t)1 << 22, .ref_n = (int64_t)1 << 16, .reps = 7, .nthreads = 1, .envs = 4096, .seeds = 1};
+  int64_t env_steps = 0, horizon = 0; /* 0: by --quick */
   int selected[NBENCHES] = {0}, any_only = 0, list = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -1074,7 +2044,9 @@ int main(int argc, char **argv) {
     memcpy(name, arg, nlen);
     name[nlen] = 0;
     int takes_value = !strcmp(name, "--only") || !strcmp(name, "--reps") || !strcmp(name, "--n") ||
-                      !strcmp(name, "--ref-n") || !strcmp(name, "--threads") || !strcmp(name, "--json");
+                      !strcmp(name, "--ref-n") || !strcmp(name, "--threads") || !strcmp(name, "--json") ||
+                      !strcmp(name, "--envs") || !strcmp(name, "--env-steps") || !strcmp(name, "--horizon") ||
+                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds");
     const char *val = NULL;
     if (takes_value) {
       if (eq)
@@ -1108,6 +2080,33 @@ int main(int argc, char **argv) {
       o.ref_n = v;
     } else if (!strcmp(name, "--threads")) {
       if (parse_threads(val, &o)) return EXIT_USAGE;
+      o.threads_given = 1;
+    } else if (!strcmp(name, "--envs")) {
+      if (parse_int(name, val, 1, (int64_t)1 << 24, &v)) return EXIT_USAGE;
+      o.envs = v;
+    } else if (!strcmp(name, "--env-steps")) {
+      if (parse_int(name, val, 1, 1 << 20, &v)) return EXIT_USAGE;
+      env_steps = v;
+    } else if (!strcmp(name, "--horizon")) {
+      if (parse_int(name, val, 1, 1 << 16, &v)) return EXIT_USAGE;
+      horizon = v;
+    } else if (!strcmp(name, "--rollout-envs")) {
+      const lm_env_spec *specs[16];
+      int ne;
+      if (env_list(val, specs, 16, &ne)) {
+        char known[512] = "";
+        for (int j = 0; j < lm_env_count(); j++)
+          snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", lm_env_at(j)->name);
+        return usage_error("--rollout-envs wants a comma-separated list of env names (known: %s), got '%s'", known,
+                           val);
+      }
+      o.rollout_envs = val;
+    } else if (!strcmp(name, "--solve-budget")) {
+      if (parse_int(name, val, 1, (int64_t)1 << 40, &v)) return EXIT_USAGE;
+      o.solve_budget = v;
+    } else if (!strcmp(name, "--seeds")) {
+      if (parse_int(name, val, 1, 16, &v)) return EXIT_USAGE;
+      o.seeds = (int)v;
     } else if (!strcmp(name, "--json")) {
       if (!*val) return usage_error("--json needs a file name");
       o.json = val;
@@ -1119,6 +2118,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < NBENCHES; i++) say("%-10s %s\n", benches[i].name, benches[i].what);
     return 0;
   }
+  o.env_steps = env_steps ? env_steps : o.quick ? 64 : 256;
+  o.horizon = horizon ? horizon : o.quick ? 32 : 128;
+  if (!o.rollout_envs) o.rollout_envs = o.quick ? "cartpole" : "cartpole,acrobot,pendulum";
   if (o.json && !strcmp(o.json, "-")) table_out = stderr;
   if (!any_only)
     for (size_t i = 0; i < NBENCHES; i++) selected[i] = 1;
@@ -1135,8 +2137,19 @@ int main(int argc, char **argv) {
          o.quick ? "; --quick" : "");
 
   int rc = 0;
-  for (size_t i = 0; i < NBENCHES; i++)
-    if (selected[i] && benches[i].run(&o)) rc = 1;
+  for (size_t i = 0; i < NBENCHES; i++) {
+    if (!selected[i]) continue;
+    double l0 = loadavg1(), t0 = now_s();
+    if (benches[i].run(&o)) rc = 1;
+    double l1 = loadavg1(), dt = now_s() - t0;
+    /* other jobs share this machine: the load average says how much */
+    say("  (%s: %.1f s; 1-min load average %.2f before, %.2f after, on %d CPUs)\n", benches[i].name, dt, l0, l1,
+        online_cpus());
+    record *r = rec_new(benches[i].name, "run");
+    rec_num(r, "wall_s", dt);
+    rec_num(r, "loadavg1_before", l0);
+    rec_num(r, "loadavg1_after", l1);
+  }
   if (o.json && write_json(&o, selected, model)) rc = 1;
   free(saved_threads_env);
   free(records);

@@ -75,6 +75,7 @@ void lm_layout_free(lm_layout *l) {
   lm_free(l->offset);
   lm_free(l->extent);
   lm_free(l->work);
+  lm_free(l->cost);
   memset(l, 0, sizeof *l);
 }
 
@@ -88,8 +89,9 @@ lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *ou
   out->offset = lm_calloc(nb, sizeof *out->offset);
   out->extent = lm_calloc(nk, sizeof *out->extent);
   out->work = lm_calloc(nk, sizeof *out->work);
+  out->cost = lm_calloc(nk, sizeof *out->cost);
   lm_status st = LM_ERR_NOMEM;
-  if (!bytes || !first || !last || !out->count || !out->offset || !out->extent || !out->work) goto done;
+  if (!bytes || !first || !last || !out->count || !out->offset || !out->extent || !out->work || !out->cost) goto done;
   for (size_t i = 0; i < p->nbufs; i++) {
     const lm_pbuf *b = &p->bufs[i];
     int64_t n = lm_x_eval(x, b->numel, NULL, syms);
@@ -104,6 +106,13 @@ lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *ou
     out->extent[i] = k->npar ? lm_x_eval(x, k->loops[0].extent, NULL, syms) : 1;
     out->work[i] = 1;
     for (int l = 0; l < k->npar; l++) out->work[i] *= lm_x_eval(x, k->loops[l].extent, NULL, syms);
+    /* iterations of every loop (a serial time loop of a scan counts: it is work per point) */
+    double w = 1;
+    for (size_t l = 0; l < k->nloops; l++) {
+      double e = (double)lm_x_eval(x, k->loops[l].extent, NULL, syms);
+      w *= e > 1 ? e : 1;
+    }
+    out->cost[i] = w > 4e18 ? (int64_t)4e18 : (int64_t)w;
   }
   st = lm_memplan(p->nbufs, bytes, first, last, 64, out->offset, &out->arena_bytes);
 done:

@@ -19,6 +19,7 @@ typedef struct lm_layout {
   size_t temp_bytes;   /* sum of all temps, for comparison */
   int64_t *extent;     /* per kernel: extent of the partitioned outer loop (1 if none) */
   int64_t *work;       /* per kernel: iterations of its whole parallel domain */
+  int64_t *cost;       /* per kernel: iterations of all its loops (a rough size of its work) */
 } lm_layout;
 
 lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *out);

@@ -190,11 +190,11 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
   }
   uint64_t rng[2] = {args->seed, args->run};
   for (size_t i = 0; i < plan->nkernels; i++) {
-    int64_t n = x->layout.extent[i], per = n > 0 ? x->layout.work[i] / n : 1;
+    int64_t n = x->layout.extent[i], per = n > 0 ? x->layout.cost[i] / n : 1;
     int64_t unit = BLOCK;
     launch l = {x->fns[i], x->bufs, args->syms, rng, unit, n};
-    per *= unit;
-    int64_t min_chunk = per >= 4096 ? 1 : 4096 / (per > 0 ? per : 1);
+    per *= unit; /* work of one block of the outer loop */
+    int64_t min_chunk = per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1); /* blocks worth a thread */
     lm_pool_run(c->pool, run_chunk, &l, (n + unit - 1) / unit, min_chunk);
   }
   for (size_t i = 0; i < plan->ncopies; i++) {
