@@ -205,10 +205,35 @@ static void emit_helpers(lm_sb *sb, const lm_dialect_info *d) {
                q, L, U, L, L, U, U, U, U, U, U, U, L, L, L, U, U, U, U, U, U, U, L);
 }
 
+/* The C dialect draws RAND through the counter group and the word separately, so the four
+ * draws of one group (an env's reset of four state values, say) compute one Philox block the
+ * C compiler can share; the float conversion is IEEE single arithmetic with contraction off,
+ * which is curand_uniform's float(word) * 2^-32 + 2^-33 exactly (as lm_round24's form). */
+static const char c_philox[] =
+    "LM_HELPER float lm_philox_u(uint64_t seed, uint32_t stream, uint64_t group, uint32_t lane, uint64_t run) {\n"
+    "  uint32_t x = (uint32_t)group, y = stream, z = (uint32_t)run, w = (uint32_t)(run >> 32);\n"
+    "  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);\n"
+    "  for (int i = 0; i < 10; i++) {\n"
+    "    if (i > 0) {\n"
+    "      k0 += 0x9E3779B9u;\n"
+    "      k1 += 0xBB67AE85u;\n"
+    "    }\n"
+    "    const uint64_t p0 = (uint64_t)0xD2511F53u * x, p1 = (uint64_t)0xCD9E8D57u * z;\n"
+    "    const uint32_t nx = (uint32_t)(p1 >> 32) ^ y ^ k0, nz = (uint32_t)(p0 >> 32) ^ w ^ k1;\n"
+    "    y = (uint32_t)p1;\n"
+    "    w = (uint32_t)p0;\n"
+    "    x = nx;\n"
+    "    z = nz;\n"
+    "  }\n"
+    "  const uint32_t word = lane == 0 ? x : lane == 1 ? y : lane == 2 ? z : w;\n"
+    "  return (float)word * 2.3283064365386963e-10f + 1.16415321826934814e-10f;\n"
+    "}\n";
+
 static void emit_prelude(lm_sb *sb, const lm_dialect_info *d) {
   lm_sb_puts(sb, d->prelude);
   lm_sb_puts(sb, "\n");
   emit_helpers(sb, d);
+  if (d == &dialects[LM_DIALECT_C]) lm_sb_puts(sb, c_philox);
 }
 
 /* ---------------------------------------------------------------- kernel analysis */
@@ -558,8 +583,22 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
     return;
   case LM_S_RAND:
     r->use_r = 1;
-    lm_sb_printf(sb, "lm_philox_uniform(R[0], %uu, (%s)(", s->stream, d->u64);
-    print_x(r, sb, s->idx, 0, 0);
+    if (r->dia == LM_DIALECT_C) { /* group and word apart: see c_philox */
+      lm_expr four = lm_x_const(r->x, 4);
+      lm_expr grp = lm_x_simplify(r->x, lm_x_div(r->x, s->idx, four), &r->xc);
+      lm_expr lane = lm_x_simplify(r->x, lm_x_mod(r->x, s->idx, four), &r->xc);
+      if (!grp || !lane) {
+        fail(r, "out of memory");
+        return;
+      }
+      lm_sb_printf(sb, "lm_philox_u(R[0], %uu, (uint64_t)(", s->stream);
+      print_x(r, sb, grp, 0, 0);
+      lm_sb_puts(sb, "), (uint32_t)(");
+      print_x(r, sb, lane, 0, 0);
+    } else {
+      lm_sb_printf(sb, "lm_philox_uniform(R[0], %uu, (%s)(", s->stream, d->u64);
+      print_x(r, sb, s->idx, 0, 0);
+    }
     if (s->step && !lm_x_is_const(r->x, s->step, 0)) {
       lm_sb_printf(sb, "), R[1] + (%s)(", d->u64);
       print_x(r, sb, s->step, 0, 0);

@@ -597,7 +597,7 @@ Test(render_c, rand_equals_lm_rand_uniform_bit_for_bit) {
     run_c(f, lib, 3);
     f->verify(f, 0.0);
   }
-  expect_in(src, "lm_philox_uniform(R[0], 3u, (uint64_t)(i0*4 + i1), R[1])");
+  expect_in(src, "lm_philox_u(R[0], 3u, (uint64_t)(i0), (uint32_t)(i1), R[1])");
   expect_in(src, "((int64_t)8589934593)");
   dlclose(lib);
   free(src);
