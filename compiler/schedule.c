@@ -10,7 +10,7 @@
 
 #include "loopir.h"
 
-enum { MAX_EXTENT = 4096 };
+enum { MAX_EXTENT = 4096, MAX_MERGED_BUFS = 24 };
 
 typedef struct ic {
   const lm_kernel *k;
@@ -380,6 +380,15 @@ static int mergeable(const lm_kernel *a, const lm_kernel *b) {
   if (b->npar > a->npar || b->npar < 1 || a->nloops + b->nloops > 60) return 0;
   for (int l = 0; l < b->npar; l++)
     if (a->loops[l].extent != b->loops[l].extent) return 0;
+  /* GPU dialects pass every buffer as its own argument: Metal allows 31 slots a kernel (3 are
+   * taken by S, R and total), so a merged kernel keeps to MAX_MERGED_BUFS */
+  size_t both = a->nbufs;
+  for (size_t i = 0; i < b->nbufs; i++) {
+    int in_a = 0;
+    for (size_t j = 0; j < a->nbufs && !in_a; j++) in_a = a->bufs[j] == b->bufs[i];
+    both += !in_a;
+  }
+  if (both > MAX_MERGED_BUFS) return 0;
   for (size_t i = 0; i < b->nstmts; i++) {
     const lm_stmt *s = &b->stmts[i];
     if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
