@@ -18,6 +18,7 @@
 #include <dirent.h>
 
 #include "lumen/lumen.h"
+#include "lumen/search.h"
 #include "../compiler/cc.h"
 
 /* ================================================================ options */
@@ -1853,6 +1854,73 @@ static int bench_train(const opts *o) {
   return rc;
 }
 
+/* ================================================================ search */
+
+/* One graph, the default schedule vs the searched one (lm_search_bench: both measured here,
+ * the searched plan checked against the default first). */
+static int search_row(const char *name, const lm_graph_t *g, const char *const *names, const int64_t *values, int n,
+                      double budget) {
+  lm_search_options so;
+  lm_search_options_init(&so);
+  so.budget_s = budget;
+  lm_search_bench_result r;
+  if (lm_search_bench(g, names, values, n, &so, &r) != LM_OK) {
+    say("  %-22s failed: %s\n", name, lm_last_error());
+    return 1;
+  }
+  say("  %-22s %5d %5d %10.3f %10.3f %7.2fx %9.1f %6d %5d %9.1e  %s\n", name, r.kernels_default, r.kernels_searched,
+      1e3 * r.default_s, 1e3 * r.searched_s, r.speedup, r.search_wall_s, r.candidates, r.from_cache, r.max_rel_err,
+      r.winner);
+  record *rec = rec_new("search", name);
+  rec_num(rec, "default_ms", 1e3 * r.default_s);
+  rec_num(rec, "searched_ms", 1e3 * r.searched_s);
+  rec_num(rec, "speedup", r.speedup);
+  rec_num(rec, "search_wall_s", r.search_wall_s);
+  rec_num(rec, "candidates", r.candidates);
+  rec_num(rec, "wrong", r.wrong);
+  rec_str(rec, "winner", "%s", r.winner);
+  return r.wrong ? 1 : 0;
+}
+
+static int bench_search(const opts *o) {
+  double budget = o->quick ? 10 : 30;
+  say("\n== search: default schedule vs the e-graph search's measured winner (cpu backend) ==\n"
+      "  ms = one run of the whole plan; search s = wall time of the search (a warm tuning cache makes it\n"
+      "  ~0: rerun to see); cand = candidates timed; err = searched vs default; winner = the rules on its path.\n"
+      "  budget %.0f s per graph.\n",
+      budget);
+  say("  %-22s %5s %5s %10s %10s %8s %9s %6s %5s %9s  %s\n", "graph", "kern", "kern'", "default ms", "search ms",
+      "speedup", "search s", "cand", "cache", "err", "winner");
+  int rc = 0;
+  { /* 256^3 matmul */
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){256, 256});
+    lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){256, 256});
+    lm_output(lm_matmul(a, b), "c");
+    rc |= search_row("matmul 256^3", g, NULL, NULL, 0, budget);
+    lm_graph_free(g);
+  }
+  const lm_env_spec *env = lm_env_find("cartpole");
+  lm_ppo_config cfg = lm_ppo_defaults(env);
+  lm_train_graph tg[4];
+  if (lm_trainer_graphs(env, &cfg, tg, 4) != 4) {
+    say("  training graphs: %s\n", lm_last_error());
+    return 1;
+  }
+  { /* the PPO minibatch update */
+    const char *names[] = {"N", "T", "M", "perm_a", "perm_b", "mb_off"};
+    int64_t values[] = {cfg.n_envs, cfg.horizon, cfg.n_envs * cfg.horizon / cfg.minibatches, 1, 0, 0};
+    rc |= search_row("ppo update (cartpole)", tg[3].g, names, values, 6, budget);
+  }
+  { /* one rollout step as a plain program (the fused scan itself is not searched) */
+    const char *names[] = {"N"};
+    int64_t values[] = {4096};
+    rc |= search_row("rollout step (4096)", tg[0].g, names, values, 1, budget);
+  }
+  for (int i = 0; i < 4; i++) lm_graph_free(tg[i].g);
+  return rc;
+}
+
 /* ================================================================ the table of benchmarks */
 
 typedef struct bench {
@@ -1870,6 +1938,7 @@ static const bench benches[] = {
      bench_envs},
     {"rollout", "env + policy steps/s (rollout only): device stepper vs host stepper", bench_rollout},
     {"train", "env + policy + PPO steps/s and time-to-solve CartPole: device vs host stepper", bench_train},
+    {"search", "default schedule vs e-graph search winners: 256^3 matmul, PPO update, rollout step", bench_search},
 };
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 

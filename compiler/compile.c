@@ -6,15 +6,25 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lumen/search.h"
 #include "passes.h"
+#include "search/search.h"
 
 lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out) {
+  return lm_compile_ex(g, scan, NULL, out);
+}
+
+lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_search_options *search,
+                        lm_compiled *out) {
   memset(out, 0, sizeof *out);
   /* rewrites that change rounding are left to search, whose gate tolerates them */
   out->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL);
   if (!out->g) return LM_ERR_INVALID;
   lm_status st = lm_lower(out->g, &out->plan);
-  if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
+  /* search measures candidates on this machine and keeps the winners; kernels it leaves
+   * alone get the default interchange (a fused scan holds local arrays: not searched) */
+  if (st == LM_OK && search && search->budget_s > 0 && !(scan && scan->active)) (void)lm_search_plan(out->plan, NULL, search, NULL);
+  else if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
   if (st == LM_OK && !getenv("LUMEN_NO_MERGE") && lm_schedule_merge(out->plan) < 0)
     st = lm_fail(LM_ERR_NOMEM, "out of memory merging kernels");
   if (st == LM_OK && scan && scan->active) {

@@ -14,6 +14,11 @@ typedef struct lm_compiled {
 } lm_compiled;
 
 lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out);
+/* The same, with a search of the loop IR (lumen/search.h) when search->budget_s > 0: the
+ * measured winners replace the default schedule of every kernel (not of fused scans). */
+struct lm_search_options;
+lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const struct lm_search_options *search,
+                        lm_compiled *out);
 void lm_compiled_free(lm_compiled *c);
 /* LUMEN_DUMP=dir: writes src (with the plan's loop IR as a comment) to dir/<tag>-<hash>.<ext>. */
 void lm_dump_source(const char *tag, const char *ext, const char *src, const lm_plan *plan);

@@ -10,6 +10,7 @@
 #include "cc.h"
 #include "memplan.h"
 #include "compile.h"
+#include "lumen/search.h"
 #include "pool.h"
 #include "render.h"
 
@@ -112,7 +113,9 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
     x->scan.per_step = x->per_step;
   }
   lm_compiled comp;
-  if ((st = lm_compile(g, scan, &comp)) != LM_OK) goto fail;
+  lm_search_options so;
+  lm_search_options_init(&so); /* budget from $LUMEN_SEARCH_BUDGET; 0 = the default schedule */
+  if ((st = lm_compile_ex(g, scan, &so, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;

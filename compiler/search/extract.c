@@ -1,0 +1,295 @@
+/* compiler/search/extract.c — choosing terms out of the e-graph: the greedy choice by a static
+ * cost (work of a loop nest, bytes loaded, launches), random genomes (one node per class, picked
+ * in context: a joint reduction only under loops over its pieces; cycles repaired with the
+ * greedy choice), mutation of a genome, and exhaustive enumeration when the space is small.
+ * The result is a term DAG (term.h), hash-consed so equal subterms are shared. */
+#include <math.h>
+#include <string.h>
+
+#include "search/search-impl.h"
+
+uint64_t sk_rand(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double uni(uint64_t *st) { return (double)(sk_rand(st) >> 11) * 0x1.0p-53; }
+
+/* ---------------------------------------------------------------- greedy costs */
+
+static double ext_of(lm_sk *s, lm_expr e) {
+  const lm_xnode *n = lm_x_node(s->x, e);
+  return n->op == LM_X_CONST ? (double)(n->v > 0 ? n->v : 1) : 64.0;
+}
+
+static double node_cost(lm_sk *s, const lm_enode *n, const double *cc) {
+  double c = 0;
+  switch (n->op) {
+  case SK_NOP: return 1;
+  case SK_SEQ: return 1 + cc[0] + cc[1];
+  case SK_KERNEL: return 1000 + cc[0];
+  case SK_STORE: return 4 + cc[0];
+  case SK_LOOP: {
+    const sk_loopattr *la = sk_loop_of(s, n->attr);
+    c = 1 + ext_of(s, sk_piece_of(s, la->piece)->extent) * (1 + cc[0]);
+    return c + (la->kind == SK_PAR ? 0 : 1);
+  }
+  case SK_CONST: return 1;
+  case SK_LOAD: return 4;
+  case SK_RAND: return 20;
+  case SK_SELECT: return 1 + cc[0];
+  case SK_LOG2:
+  case SK_EXP2:
+  case SK_SIN:
+  case SK_SQRT: return 8 + cc[0];
+  case SK_RECIP: return 4 + cc[0];
+  case SK_RED: {
+    const sk_redattr *r = sk_red_of(s, n->attr);
+    return 2 + (r->lanes > 1 || r->nj ? 1 : 0) + ext_of(s, s->var_ext[r->var]) * cc[0];
+  }
+  default: return 1 + cc[0] + (n->n > 1 ? cc[1] : 0);
+  }
+}
+
+void sk_greedy(lm_sk *s, double *cost, uint32_t *best) {
+  lm_egraph *g = s->eg;
+  for (size_t c = 0; c < g->nclasses; c++) cost[c] = INFINITY, best[c] = LM_EG_NONE;
+  for (int changed = 1, round = 0; changed && round < 1000; round++) {
+    changed = 0;
+    for (size_t c = 0; c < g->nclasses; c++) {
+      if (g->uf[c] != c) continue;
+      const lm_eg_vec *v = &g->cnodes[c];
+      for (uint32_t i = 0; i < v->n; i++) {
+        const lm_enode *n = lm_eg_node(g, v->v[i]);
+        double cc[LM_EG_MAXC] = {0};
+        int ok = 1;
+        for (int k = 0; k < n->n && ok; k++) ok = isfinite(cc[k] = cost[lm_eg_find(g, n->c[k])]);
+        if (!ok) continue;
+        double x = node_cost(s, n, cc);
+        if (x < cost[c]) {
+          changed = 1;
+          cost[c] = x;
+          best[c] = v->v[i];
+        }
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- building terms */
+
+typedef struct tb {
+  lm_sk *s;
+  lm_egraph *g;
+  const uint32_t *best;
+  const uint32_t *force;  /* per class: node to take (exhaustive / genome), LM_EG_NONE: choose */
+  uint32_t *genome;       /* per class: node taken (out) */
+  uint64_t *rng;          /* NULL: greedy */
+  double keep;            /* probability of taking force[] when rng is set (mutation) */
+  double greedy_p;        /* probability of the greedy node for plain value classes */
+  sk_term *t;
+  uint8_t *on_stack;
+  uint32_t ctx[24];       /* pieces of the enclosing loops */
+  int nctx;
+  /* memo: (class, context hash) -> term node */
+  struct memo_kv {
+    uint64_t key;
+    uint32_t val;
+  } *memo;
+  size_t mcap, mn;
+  /* term hashcons */
+  uint32_t *th;
+  size_t thcap;
+  int bad;
+} tb;
+
+enum { CYCLE = UINT32_MAX - 1 };
+
+static uint64_t ctx_hash(const tb *b) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < b->nctx; i++) h = (h ^ b->ctx[i]) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t nhash(const lm_enode *n) {
+  return lm_hash_bytes(n, sizeof *n, 77);
+}
+
+static uint32_t term_add(tb *b, const lm_enode *n, uint32_t src) {
+  lm_enode k = *n;
+  for (int i = k.n; i < LM_EG_MAXC; i++) k.c[i] = 0;
+  if ((b->t->count + 1) * 2 > b->thcap) {
+    size_t nc = b->thcap ? b->thcap * 2 : 256;
+    uint32_t *h = lm_calloc(nc, sizeof *h);
+    if (!h) return b->bad = 1, UINT32_MAX;
+    for (size_t i = 0; i < b->t->count; i++) {
+      size_t j = (size_t)nhash(&b->t->n[i]) & (nc - 1);
+      while (h[j]) j = (j + 1) & (nc - 1);
+      h[j] = (uint32_t)i + 1;
+    }
+    lm_free(b->th);
+    b->th = h;
+    b->thcap = nc;
+  }
+  size_t j = (size_t)nhash(&k) & (b->thcap - 1);
+  while (b->th[j]) {
+    if (!memcmp(&b->t->n[b->th[j] - 1], &k, sizeof k)) return b->th[j] - 1;
+    j = (j + 1) & (b->thcap - 1);
+  }
+  uint32_t id = sk_term_push(b->t, &k, src);
+  if (id == UINT32_MAX) return b->bad = 1, UINT32_MAX;
+  b->th[j] = id + 1;
+  return id;
+}
+
+static int in_ctx(const tb *b, uint32_t p, int *at) {
+  for (int i = 0; i < b->nctx; i++)
+    if (b->ctx[i] == p) return *at = i, 1;
+  return 0;
+}
+
+/* Can node n be taken here? (Joint reductions need loops over their pieces around them.) */
+static int fits(const tb *b, const lm_enode *n) {
+  if (n->op != SK_RED) return 1;
+  const sk_redattr *r = sk_red_of(b->s, n->attr);
+  if (!r->nj) return 1;
+  int a, c;
+  if (!in_ctx(b, r->joint[0], &a)) return 0;
+  if (r->nj == 2 && (!in_ctx(b, r->joint[1], &c) || c <= a)) return 0;
+  return 1;
+}
+
+static uint32_t pick(tb *b, uint32_t c) {
+  const lm_eg_vec *v = &b->g->cnodes[c];
+  if (b->force && b->force[c] != LM_EG_NONE && (!b->rng || uni(b->rng) < b->keep)) return b->force[c];
+  if (!b->rng || v->n == 1) return b->best[c];
+  const sk_data *d = lm_eg_data(b->g, c);
+  if (d->kind == 2 && !d->has_red && uni(b->rng) < b->greedy_p) return b->best[c];
+  uint32_t ok[64];
+  int n = 0;
+  for (uint32_t i = 0; i < v->n && n < 64; i++)
+    if (fits(b, lm_eg_node(b->g, v->v[i]))) ok[n++] = v->v[i];
+  if (!n) return b->best[c];
+  return ok[sk_rand(b->rng) % (uint64_t)n];
+}
+
+static uint32_t build(tb *b, uint32_t c, int greedy_only);
+
+static uint32_t build_node(tb *b, uint32_t c, uint32_t id, int greedy_only) {
+  const lm_enode *n = lm_eg_node(b->g, id);
+  lm_enode out = *n;
+  int pushed = 0;
+  if (n->op == SK_LOOP && b->nctx < (int)LM_COUNTOF(b->ctx)) {
+    b->ctx[b->nctx++] = sk_loop_of(b->s, n->attr)->piece;
+    pushed = 1;
+  }
+  uint32_t r = 0;
+  for (int k = 0; k < n->n && r != CYCLE && !b->bad; k++) {
+    uint32_t ch = build(b, lm_eg_find(b->g, n->c[k]), greedy_only);
+    if (ch == CYCLE) r = CYCLE;
+    else out.c[k] = ch;
+  }
+  if (pushed) b->nctx--;
+  (void)c;
+  if (r == CYCLE || b->bad) return r == CYCLE ? CYCLE : UINT32_MAX;
+  return term_add(b, &out, id);
+}
+
+static uint32_t build(tb *b, uint32_t c, int greedy_only) {
+  if (b->bad) return UINT32_MAX;
+  if (b->on_stack[c]) return CYCLE;
+  uint64_t key = ((uint64_t)c << 32) ^ ctx_hash(b);
+  for (size_t i = 0; i < b->mn; i++) /* small terms: a linear memo is enough */
+    if (b->memo[i].key == key) return b->memo[i].val;
+  uint32_t id = greedy_only ? b->best[c] : pick(b, c);
+  if (id == LM_EG_NONE) return b->bad = 1, UINT32_MAX;
+  b->on_stack[c] = 1;
+  uint32_t r = build_node(b, c, id, greedy_only);
+  if (r == CYCLE && id != b->best[c] && b->best[c] != LM_EG_NONE) { /* repair: the greedy node */
+    id = b->best[c];
+    r = build_node(b, c, id, 1);
+  }
+  b->on_stack[c] = 0;
+  if (r == CYCLE || r == UINT32_MAX) return r;
+  if (b->genome) b->genome[c] = id;
+  if (LM_GROW(b->memo, b->mcap, b->mn + 1)) b->memo[b->mn++] = (struct memo_kv){key, r};
+  return r;
+}
+
+lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *force, uint64_t *rng,
+                     double keep, uint32_t *genome, sk_term *out) {
+  memset(out, 0, sizeof *out);
+  tb b = {.s = s, .g = s->eg, .best = best, .force = force, .genome = genome, .rng = rng, .keep = keep,
+          .greedy_p = 0.85, .t = out};
+  b.on_stack = lm_calloc(s->eg->nclasses + 1, 1);
+  if (!b.on_stack) return LM_ERR_NOMEM;
+  if (genome)
+    for (size_t i = 0; i < s->eg->nclasses; i++) genome[i] = LM_EG_NONE;
+  uint32_t r = build(&b, lm_eg_find(s->eg, root), 0);
+  lm_free(b.on_stack);
+  lm_free(b.memo);
+  lm_free(b.th);
+  if (b.bad || r == CYCLE || r == UINT32_MAX) {
+    sk_term_free(out);
+    return b.bad ? LM_ERR_NOMEM : LM_ERR_INVALID;
+  }
+  out->root = r;
+  return LM_OK;
+}
+
+/* Classes reachable from root through any node, and the product of their choices (capped). */
+double sk_space(lm_sk *s, uint32_t root, uint32_t *classes, size_t *n) {
+  lm_egraph *g = s->eg;
+  uint8_t *seen = lm_calloc(g->nclasses + 1, 1);
+  uint32_t *stack = lm_malloc((g->nclasses + 1) * sizeof *stack);
+  double prod = 1;
+  size_t ns = 0, nc = 0;
+  if (!seen || !stack) {
+    lm_free(seen);
+    lm_free(stack);
+    *n = 0;
+    return INFINITY;
+  }
+  stack[ns++] = lm_eg_find(g, root);
+  seen[stack[0]] = 1;
+  while (ns) {
+    uint32_t c = stack[--ns];
+    if (classes) classes[nc] = c;
+    nc++;
+    const lm_eg_vec *v = &g->cnodes[c];
+    prod *= v->n;
+    if (prod > 1e12) prod = 1e12;
+    for (uint32_t i = 0; i < v->n; i++) {
+      const lm_enode *e = lm_eg_node(g, v->v[i]);
+      for (int k = 0; k < e->n; k++) {
+        uint32_t ch = lm_eg_find(g, e->c[k]);
+        if (!seen[ch]) seen[ch] = 1, stack[ns++] = ch;
+      }
+    }
+  }
+  lm_free(seen);
+  lm_free(stack);
+  *n = nc;
+  return prod;
+}
+
+/* Which rules made the nodes of a term (a bit per rule). */
+uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding) {
+  uint64_t m = 0;
+  int n = 0;
+  const lm_rule *rules = sk_rules(&n);
+  *rounding = 0;
+  for (size_t i = 0; i < t->count; i++) {
+    uint32_t src = t->src[i];
+    if (src == LM_EG_NONE || src >= s->eg->nnodes) continue;
+    uint32_t cls = lm_eg_find(s->eg, s->eg->node_cls[src]);
+    if (s->eg->taint[cls] || s->eg->node_inexact[src]) *rounding = 1; /* may round differently */
+    int r = s->eg->node_rule[src];
+    if (r < 0 || r >= n) continue;
+    m |= 1ull << r;
+    if (rules[r].flags & LM_RULE_ROUNDING) *rounding = 1;
+  }
+  return m;
+}

@@ -1,0 +1,82 @@
+/* compiler/search/search-impl.h — what the search's files share: extraction (extract.c),
+ * measurement on the cpu (measure.c), the tuning cache (cache.c). */
+#ifndef LUMEN_SEARCH_IMPL_H
+#define LUMEN_SEARCH_IMPL_H
+
+#include "cc.h"
+#include "pool.h"
+#include "search/search.h"
+#include "search/term.h"
+
+/* ---- extraction (extract.c) */
+uint64_t sk_rand(uint64_t *state);
+/* Greedy costs and choices, per class (arrays of eg->nclasses). */
+void sk_greedy(lm_sk *s, double *cost, uint32_t *best);
+/* A term rooted at class root. rng NULL: greedy. force: a node per class to take (with
+ * probability keep when rng is set: mutation), LM_EG_NONE entries choose. genome (may be NULL)
+ * receives the node taken per class. LM_ERR_INVALID when no acyclic term was found. */
+lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *force, uint64_t *rng,
+                     double keep, uint32_t *genome, sk_term *out);
+/* Classes reachable from root (into classes, which may be NULL) and the number of terms (capped). */
+double sk_space(lm_sk *s, uint32_t root, uint32_t *classes, size_t *n);
+uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding);
+
+/* ---- measurement (measure.c) */
+typedef void (*sk_kernel_fn)(float *const *B, const int64_t *S, const uint64_t *R, int64_t start, int64_t end);
+
+/* Host buffers for every plan buffer under concrete symbols, inputs random. */
+typedef struct sk_bench {
+  const lm_plan *plan;
+  const int64_t *syms;
+  size_t nbufs;
+  float **bufs;
+  size_t *count;
+  lm_pool *pool;
+  uint64_t seed;
+} sk_bench;
+
+lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_pool *pool, uint64_t seed);
+void skb_close(sk_bench *b);
+/* Refills every buffer with fresh random values (inputs away from zero). */
+void skb_fill(sk_bench *b, uint64_t seed);
+/* One launch of a compiled kernel as the cpu backend launches it (chunks of loop 0 on the pool). */
+void skb_launch(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn);
+/* Minimum seconds per launch over several timed batches; stops early (returning what it has)
+ * once a batch shows the kernel is slower than `cutoff` seconds. */
+double skb_time(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn, double cutoff, double max_s);
+/* Elementwise |a - b| <= rtol*|b| + atol*max|b|; NaN must match NaN. Returns the worst
+ * normalised error (0 when equal; > 1 fails), or INFINITY on a NaN/inf mismatch. */
+double skb_compare(const float *a, const float *b, size_t n, double rtol, double atol);
+/* Static estimate of a kernel's cost (for ranking candidates before timing). */
+double sk_estimate(const lm_plan *p, const lm_kernel *k, const int64_t *syms);
+/* Canonical text of a kernel: loops and statements with buffers numbered by first use (the
+ * same computation on other buffers gives the same text). */
+char *sk_kernel_text(const lm_plan *p, const lm_kernel *k);
+
+/* ---- tuning cache (cache.c) */
+typedef struct sk_cache_entry {
+  uint64_t key;
+  char *value;
+} sk_cache_entry;
+
+typedef struct sk_cache {
+  char *path;
+  sk_cache_entry *e;
+  size_t n, cap;
+  size_t fresh;   /* entries added this session (from index n - fresh) */
+  size_t skipped; /* malformed lines seen on load */
+} sk_cache;
+
+/* Loads path (a missing file is an empty cache); malformed lines are skipped and counted. */
+lm_status skc_load(sk_cache *c, const char *path);
+const char *skc_get(const sk_cache *c, uint64_t key);
+lm_status skc_put(sk_cache *c, uint64_t key, const char *value);
+/* Merges this session's entries into the file: re-read, append, write a temp file, rename. */
+lm_status skc_save(sk_cache *c);
+void skc_free(sk_cache *c);
+/* Identity of this machine for cache keys: CPU model, compiler and flags, thread count. */
+char *sk_device_id(lm_cc *cc, int threads);
+
+#define LM_SEARCH_VERSION "lumen-search-1"
+
+#endif

@@ -1,0 +1,1072 @@
+/* compiler/search/search.c — the search driver (search.h). Two stages, each cached:
+ *  1. the plan: independent kernels over the same domain are fused (kernel-fuse + loop fusion
+ *     in an e-graph of the whole plan; the greedy extraction is then timed against the default);
+ *  2. each kernel: equality saturation over the kernel's term, candidates extracted (greedy,
+ *     exhaustive when few, else random genomes in context), emitted, rendered and deduplicated by
+ *     source, ranked by a static estimate; the best and a few random ones are compiled together,
+ *     checked against the reference interpreter on random inputs and timed; the fastest correct
+ *     one replaces the kernel when it beats the default.
+ * Identical kernels are searched once. Every decision (winners, and "keep the default") goes into
+ * the tuning cache, keyed by the kernel's canonical text, the device, the compiler and flags and
+ * the size bucket of every symbol; a rerun with a warm cache builds no e-graph and times nothing. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "render.h"
+#include "search/search-impl.h"
+
+void lm_search_options_init(lm_search_options *o) {
+  memset(o, 0, sizeof *o);
+  o->max_candidates = 24;
+  o->samples = 160;
+  o->use_cache = 1;
+  o->allow_rounding = 1;
+  o->fuse_kernels = 1;
+  o->sym_default = 256;
+  o->min_work = 4096;
+  o->seed = 0x5EA6C4ull;
+  const char *e;
+  if ((e = getenv("LUMEN_SEARCH_BUDGET")) && *e) {
+    double b = strtod(e, NULL);
+    o->budget_s = b > 0 && b < 1e7 ? b : 0;
+  }
+  if ((e = getenv("LUMEN_SEARCH_LOG")) && *e) o->log_path = e;
+  if ((e = getenv("LUMEN_SEARCH_CACHE")) && !strcmp(e, "0")) o->use_cache = 0;
+  if ((e = getenv("LUMEN_SEARCH_EXACT")) && !strcmp(e, "1")) o->allow_rounding = 0;
+}
+
+void lm_search_report_free(lm_search_report *r) {
+  if (!r) return;
+  lm_free(r->kernels);
+  memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- state */
+
+enum { CS_UNTESTED, CS_OK, CS_WRONG, CS_NOBUILD, CS_SLOW };
+static const char *const cs_names[] = {"untested", "ok", "WRONG", "no-build", "slow"};
+
+typedef struct cand {
+  lm_kernel k;
+  char *term; /* NULL: the default schedule */
+  uint64_t hash, rules;
+  int rounding;
+  double est, time;
+  int status;
+  sk_kernel_fn fn;
+} cand;
+
+typedef struct job {
+  uint32_t ki;
+  uint64_t key;
+  cand *c; /* c[0]: the default */
+  size_t nc, cap;
+  size_t enode, eclass;
+  int iters, stop, samples, distinct, unemitted;
+  double egraph_s;
+} job;
+
+typedef struct sctx {
+  const lm_search_options *o;
+  lm_plan *plan;
+  int64_t *syms;
+  lm_cc *cc;
+  lm_pool *pool;
+  sk_cache cache;
+  char *devid;
+  FILE *log;
+  double t0, deadline;
+  uint64_t rng;
+  sk_bench bench;
+  int have_bench;
+  lm_search_report *rep;
+  lm_search_kernel_report *kr; /* per kernel of the plan after stage 1 */
+  lm_cc_lib **libs;
+  size_t nlibs, libcap;
+  uint8_t *enabled_k, *enabled_p;
+} sctx;
+
+static void logf_(sctx *c, const char *fmt, ...) LM_PRINTF(2, 3);
+static void logf_(sctx *c, const char *fmt, ...) {
+  if (!c->log) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(c->log, fmt, ap);
+  va_end(ap);
+}
+
+static void rule_names(uint64_t mask, char *buf, size_t cap) {
+  int n;
+  const lm_rule *rules = sk_rules(&n);
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && i < 64; i++)
+    if ((mask >> i) & 1) {
+      int w = snprintf(buf + len, cap - len, "%s%s", len ? "+" : "", rules[i].name);
+      if (w < 0 || (size_t)w >= cap - len) break;
+      len += (size_t)w;
+    }
+}
+
+static uint64_t key_of(sctx *c, const char *text, const char *stage) {
+  uint64_t h = lm_hash_bytes(text, strlen(text), 0x4C554D454E5345ull);
+  h = lm_hash_bytes(c->devid, strlen(c->devid), h);
+  h = lm_hash_bytes(stage, strlen(stage), h);
+  const lm_exprs *x = &c->plan->g->x;
+  for (size_t i = 0; i < x->nsyms; i++) { /* symbol-size bucket: the bit length of each value */
+    int bits = 0;
+    for (uint64_t v = (uint64_t)(c->syms[i] > 0 ? c->syms[i] : 0); v; v >>= 1) bits++;
+    h = lm_hash_bytes(x->syms[i].name, strlen(x->syms[i].name), h);
+    h = lm_hash_bytes(&bits, sizeof bits, h);
+  }
+  int opts[2] = {c->o->allow_rounding, c->o->fuse_kernels};
+  return lm_hash_bytes(opts, sizeof opts, h);
+}
+
+static int time_left(const sctx *c) { return lm_search_now() < c->deadline; }
+
+static int64_t kernel_work(const sctx *c, const lm_kernel *k) {
+  int64_t w = 1;
+  for (size_t l = 0; l < k->nloops; l++) {
+    int64_t e = lm_x_eval(&c->plan->g->x, k->loops[l].extent, NULL, c->syms);
+    w *= e > 0 ? e : 1;
+    if (w > ((int64_t)1 << 40)) return w;
+  }
+  return w;
+}
+
+/* Buffers a kernel stores to (a bitmap over plan buffers). */
+static void written(const lm_plan *p, const lm_kernel *k, uint8_t *w) {
+  memset(w, 0, p->nbufs + 1);
+  for (size_t i = 0; i < k->nstmts; i++)
+    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf < p->nbufs) w[k->stmts[i].buf] = 1;
+}
+
+/* ---------------------------------------------------------------- compiling */
+
+static lm_status add_source(sctx *c, lm_sb *tu, const lm_kernel *k, const char *name) {
+  lm_kernel tmp = *k; /* shallow: only the name differs */
+  snprintf(tmp.name, sizeof tmp.name, "%s", name);
+  char *src = lm_render_kernel(c->plan, &tmp, LM_DIALECT_C);
+  if (!src) return LM_ERR_INVALID;
+  lm_sb_puts(tu, "\n");
+  lm_sb_puts(tu, src);
+  lm_free(src);
+  return LM_OK;
+}
+
+static lm_cc_lib *build_tu(sctx *c, const char *src) {
+  lm_cc_lib *lib = NULL;
+  if (lm_cc_build(c->cc, src, &lib) != LM_OK) return NULL;
+  if (!LM_GROW(c->libs, c->libcap, c->nlibs + 1)) {
+    lm_cc_lib_close(lib);
+    return NULL;
+  }
+  c->libs[c->nlibs++] = lib;
+  return lib;
+}
+
+static sk_kernel_fn sym_fn(lm_cc_lib *lib, const char *name) {
+  void *p = lm_cc_sym(lib, name);
+  sk_kernel_fn f = NULL;
+  if (p) memcpy(&f, &p, sizeof p);
+  return f;
+}
+
+/* Compiles every candidate of every job in one translation unit (per job when that fails). */
+static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
+  char *pre = lm_render_prelude(LM_DIALECT_C);
+  if (!pre) return;
+  size_t lo = 0;
+  while (lo < nj) {
+    size_t hi = per_job ? lo + 1 : nj;
+    lm_sb tu = {0};
+    lm_sb_puts(&tu, pre);
+    char name[32];
+    for (size_t j = lo; j < hi; j++)
+      for (size_t n = 0; n < jobs[j].nc; n++) {
+        cand *d = &jobs[j].c[n];
+        if (d->status != CS_UNTESTED || d->fn) continue;
+        snprintf(name, sizeof name, "sj%zu_%zu", j, n);
+        if (add_source(c, &tu, &d->k, name) != LM_OK) d->status = CS_NOBUILD;
+      }
+    char *src = lm_sb_take(&tu);
+    lm_cc_lib *lib = src ? build_tu(c, src) : NULL;
+    lm_free(src);
+    if (!lib && !per_job && nj > 1) {
+      lm_free(pre);
+      compile_jobs(c, jobs, nj, 1);
+      return;
+    }
+    for (size_t j = lo; j < hi; j++)
+      for (size_t n = 0; n < jobs[j].nc; n++) {
+        cand *d = &jobs[j].c[n];
+        if (d->status != CS_UNTESTED || d->fn) continue;
+        snprintf(name, sizeof name, "sj%zu_%zu", j, n);
+        if (!lib || !(d->fn = sym_fn(lib, name))) d->status = CS_NOBUILD;
+      }
+    lo = hi;
+  }
+  lm_free(pre);
+}
+
+/* ---------------------------------------------------------------- the default schedule */
+
+/* The default schedule's rewrite of a lowered kernel (compiler/schedule.c), in place. */
+static int interchange_one(lm_plan *plan, lm_kernel *k) {
+  if (getenv("LUMEN_NO_INTERCHANGE")) return 0;
+  lm_plan tmp = *plan;
+  tmp.kernels = k;
+  tmp.nkernels = tmp.kernelcap = 1;
+  return lm_schedule_interchange(&tmp);
+}
+
+/* ---------------------------------------------------------------- candidates of one kernel */
+
+static void cand_free(cand *d) {
+  sk_kernel_free(&d->k);
+  lm_free(d->term);
+  memset(d, 0, sizeof *d);
+}
+
+static void job_free(job *j) {
+  for (size_t i = 0; i < j->nc; i++) cand_free(&j->c[i]);
+  lm_free(j->c);
+  memset(j, 0, sizeof *j);
+}
+
+static int cmp_est(const void *a, const void *b) {
+  const cand *x = a, *y = b;
+  return x->est < y->est ? -1 : x->est > y->est;
+}
+
+static uint64_t source_hash(sctx *c, const lm_kernel *k) {
+  lm_kernel tmp = *k;
+  snprintf(tmp.name, sizeof tmp.name, "cand");
+  char *src = lm_render_kernel(c->plan, &tmp, LM_DIALECT_C);
+  if (!src) return 0;
+  uint64_t h = lm_hash_bytes(src, strlen(src), 3);
+  lm_free(src);
+  return h ? h : 1;
+}
+
+/* Adds the term's kernel unless an equal source is there already. */
+static void add_term(sctx *c, lm_sk *s, job *j, const sk_term *t) {
+  const lm_kernel *orig = &c->plan->kernels[j->ki];
+  cand d;
+  memset(&d, 0, sizeof d);
+  if (sk_emit_kernel(s, t, t->root, orig, &d.k) != LM_OK) {
+    j->unemitted++;
+    return;
+  }
+  d.hash = source_hash(c, &d.k);
+  if (!d.hash) {
+    logf_(c, "  (an emitted kernel did not render: %s)\n", lm_last_error());
+    sk_kernel_free(&d.k);
+    return;
+  }
+  for (size_t i = 0; i < j->nc; i++)
+    if (j->c[i].hash == d.hash) {
+      sk_kernel_free(&d.k);
+      return;
+    }
+  d.term = sk_term_print(s, t);
+  d.rules = sk_term_rules(s, t, &d.rounding);
+  d.est = sk_estimate(c->plan, &d.k, c->syms);
+  if (!d.term || !LM_GROW(j->c, j->cap, j->nc + 1)) {
+    cand_free(&d);
+    return;
+  }
+  j->c[j->nc++] = d;
+}
+
+/* c[0]: the default schedule (the lowered kernel after the interchange rewrite). */
+static lm_status default_cand(sctx *c, job *j) {
+  lm_plan *plan = c->plan;
+  if (!LM_GROW(j->c, j->cap, 1)) return LM_ERR_NOMEM;
+  memset(&j->c[0], 0, sizeof j->c[0]);
+  lm_status st = sk_kernel_copy(&plan->kernels[j->ki], &j->c[0].k);
+  if (st != LM_OK) return st;
+  interchange_one(plan, &j->c[0].k);
+  j->nc = 1;
+  j->c[0].hash = source_hash(c, &j->c[0].k);
+  j->c[0].est = sk_estimate(plan, &j->c[0].k, c->syms);
+  return LM_OK;
+}
+
+static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
+  const lm_search_options *o = c->o;
+  lm_plan *plan = c->plan;
+  lm_sk s;
+  lm_status st = sk_init(&s, plan);
+  if (st != LM_OK) return st;
+  s.stage = SK_STAGE_KERNEL;
+  s.rounding = o->allow_rounding;
+  uint32_t root = sk_add_kernel(&s, j->ki, 0);
+  if (root == LM_EG_NONE) {
+    logf_(c, "  not searched: %s\n", s.why);
+    sk_free(&s);
+    return LM_ERR_UNSUPPORTED;
+  }
+  int nr;
+  const lm_rule *rules = sk_rules(&nr);
+  lm_run_limits lim = {.iterations = 8, .nodes = 40000, .seconds = egraph_s, .match_limit = 1000, .ban_length = 2,
+                       .enabled = c->enabled_k};
+  lm_run_report rr = {0};
+  lm_eg_run(s.eg, rules, nr, &s, &lim, &rr);
+  j->enode = rr.nodes;
+  j->eclass = rr.classes;
+  j->iters = rr.iterations;
+  j->stop = rr.stop;
+  j->egraph_s = rr.seconds;
+  size_t ncl = s.eg->nclasses;
+  double *cost = lm_malloc((ncl + 1) * sizeof *cost);
+  uint32_t *best = lm_malloc((ncl + 1) * sizeof *best), *force = lm_malloc((ncl + 1) * sizeof *force);
+  uint32_t *classes = lm_malloc((ncl + 1) * sizeof *classes);
+  if (!cost || !best || !force || !classes) st = LM_ERR_NOMEM;
+  if (st == LM_OK) {
+    sk_greedy(&s, cost, best);
+    sk_term t;
+    if (sk_extract(&s, root, best, NULL, NULL, 0, NULL, &t) == LM_OK) {
+      add_term(c, &s, j, &t);
+      sk_term_free(&t);
+      j->samples++;
+    }
+    size_t nreach = 0;
+    double space = sk_space(&s, root, classes, &nreach);
+    if (space <= 64) { /* exhaustive: every combination of choices */
+      for (size_t i = 0; i < ncl; i++) force[i] = LM_EG_NONE;
+      for (uint64_t idx = 0; idx < (uint64_t)space; idx++) {
+        uint64_t rem = idx;
+        for (size_t q = 0; q < nreach; q++) {
+          const lm_eg_vec *v = &s.eg->cnodes[classes[q]];
+          force[classes[q]] = v->v[rem % v->n];
+          rem /= v->n;
+        }
+        if (sk_extract(&s, root, best, force, NULL, 0, NULL, &t) == LM_OK) {
+          add_term(c, &s, j, &t);
+          sk_term_free(&t);
+        }
+        j->samples++;
+      }
+    } else
+      for (int n = 0; n < o->samples && time_left(c); n++) {
+        if (sk_extract(&s, root, best, NULL, &c->rng, 0, NULL, &t) == LM_OK) {
+          add_term(c, &s, j, &t);
+          sk_term_free(&t);
+        }
+        j->samples++;
+      }
+  }
+  lm_free(cost);
+  lm_free(best);
+  lm_free(force);
+  lm_free(classes);
+  sk_free(&s);
+  if (st != LM_OK) return st;
+  j->distinct = (int)j->nc - 1;
+  /* keep the best by estimate and a few random others */
+  if (j->nc > 1) qsort(j->c + 1, j->nc - 1, sizeof *j->c, cmp_est);
+  size_t keep = (size_t)(o->max_candidates > 0 ? o->max_candidates : 24), top = keep - keep / 3;
+  if (j->nc - 1 > keep) {
+    for (size_t i = 1 + top; i < 1 + keep; i++) { /* random picks from the rest */
+      size_t r = i + (size_t)(sk_rand(&c->rng) % (uint64_t)(j->nc - i));
+      cand t = j->c[i];
+      j->c[i] = j->c[r];
+      j->c[r] = t;
+    }
+    for (size_t i = 1 + keep; i < j->nc; i++) cand_free(&j->c[i]);
+    j->nc = 1 + keep;
+  }
+  return LM_OK;
+}
+
+/* ---------------------------------------------------------------- measuring one kernel */
+
+static lm_status ensure_bench(sctx *c) {
+  if (c->have_bench) return LM_OK;
+  lm_status st = skb_open(&c->bench, c->plan, c->syms, c->pool, c->o->seed);
+  if (st == LM_OK) c->have_bench = 1;
+  return st;
+}
+
+static void poison(sctx *c, const uint8_t *w) {
+  for (size_t b = 0; b < c->plan->nbufs; b++)
+    if (w[b])
+      for (size_t i = 0; i < c->bench.count[b]; i++) c->bench.bufs[b][i] = NAN;
+}
+
+/* Worst normalised error of the written buffers against ref (> 1 fails). */
+static double check(sctx *c, const uint8_t *w, float *const *ref, double rtol, double atol) {
+  double worst = 0;
+  for (size_t b = 0; b < c->plan->nbufs; b++)
+    if (w[b]) {
+      double e = skb_compare(c->bench.bufs[b], ref[b], c->bench.count[b], rtol, atol);
+      if (e > worst) worst = e;
+    }
+  return worst;
+}
+
+#define RTOL_EXACT 2e-5
+#define ATOL_EXACT 2e-6
+#define RTOL_ROUND 1e-3
+#define ATOL_ROUND 1e-4
+
+static void measure_job(sctx *c, job *j, size_t slot, int *winner) {
+  lm_plan *plan = c->plan;
+  const lm_kernel *orig = &plan->kernels[j->ki];
+  *winner = 0;
+  uint8_t *w = lm_calloc(plan->nbufs + 1, 1);
+  float **ref = lm_calloc(plan->nbufs + 1, sizeof *ref);
+  cand *d0 = &j->c[0];
+  if (!w || !ref || ensure_bench(c) != LM_OK || !d0->fn) goto done;
+  written(plan, orig, w);
+  for (size_t b = 0; b < plan->nbufs; b++)
+    if (w[b] && !(ref[b] = lm_malloc((c->bench.count[b] + 1) * sizeof(float)))) goto done;
+  uint64_t seed = c->o->seed + 1000003ull * j->ki;
+  skb_fill(&c->bench, seed);
+  /* the reference: the interpreter where it is quick, else the default schedule's code */
+  int interp = kernel_work(c, orig) * (int64_t)(orig->nstmts + 1) <= 4000000;
+  poison(c, w);
+  if (interp && sk_interpret(plan, orig, c->bench.bufs, c->bench.count, c->syms, c->bench.seed, 7) != LM_OK) interp = 0;
+  if (!interp) skb_launch(&c->bench, &d0->k, d0->fn);
+  for (size_t b = 0; b < plan->nbufs; b++)
+    if (w[b]) memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
+  if (interp) { /* the default's code agrees with the interpreter */
+    poison(c, w);
+    skb_launch(&c->bench, &d0->k, d0->fn);
+    double e = check(c, w, ref, RTOL_EXACT, ATOL_EXACT);
+    if (e > 1) {
+      logf_(c, "  default schedule vs interpreter: error %.3g x tolerance; checking against the default's code\n", e);
+      for (size_t b = 0; b < plan->nbufs; b++)
+        if (w[b]) memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
+    }
+  }
+  double remaining = c->deadline - lm_search_now();
+  double per = remaining > 0 ? remaining / (double)(slot + 1) : 0;
+  double max_s = per / (double)(j->nc + 1);
+  if (max_s > 0.3) max_s = 0.3;
+  if (max_s < 0.01) max_s = 0.01;
+  double best = d0->time;
+  logf_(c, "  cand 0 default schedule %10.2f us  est %.3g\n", 1e6 * d0->time, d0->est);
+  for (size_t n = 1; n < j->nc; n++) {
+    cand *d = &j->c[n];
+    char names[160];
+    rule_names(d->rules, names, sizeof names);
+    if (d->status != CS_UNTESTED || !d->fn) {
+      logf_(c, "  cand %zu %s rules=%s\n", n, cs_names[d->status], names);
+      continue;
+    }
+    if (!time_left(c) && n > 4) break; /* compiled already: the best few are still worth timing */
+    poison(c, w);
+    skb_launch(&c->bench, &d->k, d->fn);
+    double e = check(c, w, ref, d->rounding ? RTOL_ROUND : RTOL_EXACT, d->rounding ? ATOL_ROUND : ATOL_EXACT);
+    if (e > 1) {
+      d->status = CS_WRONG;
+      c->rep->wrong++;
+      logf_(c, "  cand %zu WRONG (error %.3g x tolerance) rules=%s term=%s\n", n, e, names, d->term);
+      continue;
+    }
+    d->time = skb_time(&c->bench, &d->k, d->fn, 3 * best, max_s);
+    d->status = d->time > 3 * best ? CS_SLOW : CS_OK;
+    c->rep->candidates++;
+    logf_(c, "  cand %zu %-4s %10.2f us  est %.3g%s rules=%s\n", n, cs_names[d->status], 1e6 * d->time, d->est,
+          d->rounding ? " (rounding)" : "", names);
+    if (d->status == CS_OK && d->time < best) best = d->time;
+  }
+  /* the winner: the fastest, an exact one when within 5% of a rounding one, and 2% better than the default */
+  int win = 0;
+  for (size_t n = 1; n < j->nc; n++) {
+    const cand *d = &j->c[n];
+    if (d->status != CS_OK) continue;
+    const cand *b = &j->c[win];
+    int better = d->time < b->time;
+    if (win && b->rounding && !d->rounding && d->time < 1.05 * b->time) better = 1;
+    if (win && !b->rounding && d->rounding && d->time > 0.95 * b->time) better = 0;
+    if (better) win = (int)n;
+  }
+  if (win && !(j->c[win].time < 0.98 * d0->time)) win = 0;
+  *winner = win;
+done:
+  for (size_t b = 0; ref && b < plan->nbufs; b++) lm_free(ref[b]);
+  lm_free(ref);
+  lm_free(w);
+}
+
+/* ---------------------------------------------------------------- applying decisions */
+
+static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kernel *out) {
+  lm_sk s;
+  lm_status st = sk_init(&s, c->plan);
+  if (st != LM_OK) return st;
+  s.stage = SK_STAGE_KERNEL;
+  if (sk_add_kernel(&s, ki, 0) == LM_EG_NONE) st = lm_fail(LM_ERR_INVALID, "search: %s", s.why);
+  sk_term t = {0};
+  if (st == LM_OK) st = sk_term_parse(&s, text, &t);
+  if (st == LM_OK) st = sk_emit_kernel(&s, &t, t.root, &c->plan->kernels[ki], out);
+  sk_term_free(&t);
+  sk_free(&s);
+  return st;
+}
+
+static void replace_kernel(sctx *c, uint32_t ki, lm_kernel *k) {
+  lm_kernel *old = &c->plan->kernels[ki];
+  memcpy(k->name, old->name, sizeof k->name);
+  k->anchor = old->anchor;
+  sk_kernel_free(old);
+  *old = *k;
+  memset(k, 0, sizeof *k);
+}
+
+/* Cache values: "W|default_s|best_s|candidates|rounding|rules|term" or "D|default_s|best_s|candidates|0|0|-". */
+static int parse_value(const char *v, char *kind, double *def, double *best, int *ncand, int *rounding,
+                       uint64_t *rules, const char **term) {
+  char *end;
+  if ((v[0] != 'W' && v[0] != 'D' && v[0] != 'P') || v[1] != '|') return 0;
+  *kind = v[0];
+  *def = strtod(v + 2, &end);
+  if (*end != '|') return 0;
+  *best = strtod(end + 1, &end);
+  if (*end != '|') return 0;
+  *ncand = (int)strtol(end + 1, &end, 10);
+  if (*end != '|') return 0;
+  *rounding = (int)strtol(end + 1, &end, 10);
+  if (*end != '|') return 0;
+  *rules = strtoull(end + 1, &end, 16);
+  if (*end != '|') return 0;
+  *term = end + 1;
+  return 1;
+}
+
+static void put_decision(sctx *c, uint64_t key, char kind, double def, double best, int ncand, int rounding,
+                         uint64_t rules, const char *term) {
+  lm_sb sb = {0};
+  lm_sb_printf(&sb, "%c|%.6g|%.6g|%d|%d|%llx|%s", kind, def, best, ncand, rounding, (unsigned long long)rules,
+               term ? term : "-");
+  char *v = lm_sb_take(&sb);
+  if (v) skc_put(&c->cache, key, v);
+  lm_free(v);
+}
+
+static void note_kernel(sctx *c, uint32_t ki, double def, double best, int ncand, int wrong, int cached,
+                        int rounding, uint64_t rules) {
+  lm_search_kernel_report *r = &c->kr[ki];
+  snprintf(r->name, sizeof r->name, "%s", c->plan->kernels[ki].name);
+  r->default_s = def;
+  r->best_s = best;
+  r->candidates = ncand;
+  r->wrong = wrong;
+  r->from_cache = cached;
+  r->rounding = rounding;
+  rule_names(rules, r->rules, sizeof r->rules);
+  if (def > 0) {
+    c->rep->default_s += def;
+    c->rep->best_s += best > 0 ? best : def;
+  }
+}
+
+/* ---------------------------------------------------------------- stage 2: kernels */
+
+static int cmp_base(const void *a, const void *b) {
+  const job *x = a, *y = b;
+  double tx = x->nc ? x->c[0].time : 0, ty = y->nc ? y->c[0].time : 0;
+  return tx > ty ? -1 : tx < ty;
+}
+
+/* Applies a decision to every pending kernel with this key. */
+static void decide(sctx *c, job *j, int win, uint64_t *keys, uint8_t *pending, uint8_t *won, int ncand, int nwrong) {
+  lm_plan *plan = c->plan;
+  cand *d0 = &j->c[0], *w = &j->c[win];
+  put_decision(c, j->key, win ? 'W' : 'D', d0->time, w->time, ncand, w->rounding, win ? w->rules : 0,
+               win ? w->term : NULL);
+  for (uint32_t i = 0; i < plan->nkernels; i++) {
+    if (!pending[i] || keys[i] != j->key) continue;
+    pending[i] = 0;
+    int first = i == j->ki;
+    note_kernel(c, i, d0->time, w->time, first ? ncand : 0, first ? nwrong : 0, !first, w->rounding,
+                win ? w->rules : 0);
+    if (!win) continue;
+    lm_kernel out;
+    if (first) {
+      out = w->k;
+      memset(&w->k, 0, sizeof w->k);
+      replace_kernel(c, i, &out);
+      won[i] = 1;
+    } else if (emit_from_text(c, i, w->term, &out) == LM_OK) {
+      replace_kernel(c, i, &out);
+      won[i] = 1;
+    }
+  }
+}
+
+static void kernel_stage(sctx *c, uint8_t *won) {
+  lm_plan *plan = c->plan;
+  size_t nk = plan->nkernels;
+  job *jobs = lm_calloc(nk + 1, sizeof *jobs);
+  uint64_t *keys = lm_calloc(nk + 1, sizeof *keys);
+  uint8_t *pending = lm_calloc(nk + 1, 1);
+  size_t nj = 0;
+  if (!jobs || !keys || !pending) goto done;
+  for (uint32_t i = 0; i < nk; i++) {
+    lm_kernel *k = &plan->kernels[i];
+    snprintf(c->kr[i].name, sizeof c->kr[i].name, "%s", k->name);
+    if (kernel_work(c, k) < c->o->min_work) continue;
+    char *text = sk_kernel_text(plan, k);
+    if (!text) continue;
+    keys[i] = key_of(c, text, "kernel");
+    lm_free(text);
+    pending[i] = 1;
+  }
+  /* cached decisions apply now; twins are decided with their first */
+  for (uint32_t i = 0; i < nk; i++) {
+    if (!pending[i]) continue;
+    const char *v = skc_get(&c->cache, keys[i]);
+    int dup = 0;
+    for (size_t q = 0; q < nj && !v; q++) dup |= jobs[q].key == keys[i];
+    if (dup) continue;
+    if (v) {
+      pending[i] = 0;
+      char kind;
+      double def, best;
+      int ncand, rounding;
+      uint64_t rules;
+      const char *term;
+      if (!parse_value(v, &kind, &def, &best, &ncand, &rounding, &rules, &term)) continue;
+      c->rep->from_cache++;
+      lm_kernel out;
+      if (kind == 'W' && emit_from_text(c, i, term, &out) == LM_OK) {
+        replace_kernel(c, i, &out);
+        won[i] = 1;
+        note_kernel(c, i, def, best, 0, 0, 1, rounding, rules);
+        logf_(c, "kernel %s: from the cache: %.2f us -> %.2f us\n", plan->kernels[i].name, 1e6 * def, 1e6 * best);
+      } else {
+        note_kernel(c, i, def, def, 0, 0, 1, 0, 0);
+        logf_(c, "kernel %s: from the cache: the default schedule\n", plan->kernels[i].name);
+      }
+      continue;
+    }
+    jobs[nj].ki = i;
+    jobs[nj].key = keys[i];
+    nj++;
+  }
+  if (!nj) goto done;
+  /* the default schedules, compiled together and timed: the budget goes to the slow ones */
+  for (size_t q = 0; q < nj; q++)
+    if (default_cand(c, &jobs[q]) != LM_OK) job_free(&jobs[q]);
+  compile_jobs(c, jobs, nj, 0);
+  if (ensure_bench(c) != LM_OK) goto done;
+  double total = 0;
+  for (size_t q = 0; q < nj; q++) {
+    cand *d0 = jobs[q].nc ? &jobs[q].c[0] : NULL;
+    if (!d0 || !d0->fn) continue;
+    d0->time = skb_time(&c->bench, &d0->k, d0->fn, INFINITY, 0.02);
+    d0->status = CS_OK;
+    total += d0->time;
+  }
+  qsort(jobs, nj, sizeof *jobs, cmp_base);
+  logf_(c, "kernels: %zu to search, default schedules %.2f us in all\n", nj, 1e6 * total);
+  for (size_t lo = 0; lo < nj;) {
+    size_t hi = lo, ncands = 0;
+    while (hi < nj && (hi == lo || ncands < 96) && time_left(c)) {
+      job *j = &jobs[hi++];
+      if (!j->nc || j->c[0].status != CS_OK) continue;
+      if (j->c[0].time < 0.005 * total || j->c[0].time < 2e-6) { /* too small to matter */
+        logf_(c, "kernel %s: %.2f us, left to the default schedule\n", plan->kernels[j->ki].name,
+              1e6 * j->c[0].time);
+        decide(c, j, 0, keys, pending, won, 0, 0);
+        continue;
+      }
+      double left = c->deadline - lm_search_now();
+      double eg = left / (double)(nj - hi + 1) / 4;
+      eg = eg > 3.0 ? 3.0 : eg < 0.05 ? 0.05 : eg;
+      logf_(c, "kernel %s (key %016llx, default schedule %.2f us):\n", plan->kernels[j->ki].name,
+            (unsigned long long)j->key, 1e6 * j->c[0].time);
+      if (gen_candidates(c, j, eg) == LM_OK) {
+        logf_(c, "  e-graph: %zu nodes, %zu classes, %d iterations (stop %d) in %.3f s; %d terms (%d not "
+                 "schedulable), %d distinct, timing %zu\n",
+              j->enode, j->eclass, j->iters, j->stop, j->egraph_s, j->samples, j->unemitted, j->distinct, j->nc - 1);
+        ncands += j->nc;
+      } else decide(c, j, 0, keys, pending, won, 0, 0);
+    }
+    if (lo == hi) break;
+    compile_jobs(c, jobs + lo, hi - lo, 0);
+    for (size_t q = lo; q < hi; q++) {
+      job *j = &jobs[q];
+      if (!j->nc || j->nc < 2 || !pending[j->ki]) continue;
+      logf_(c, "kernel %s: timing\n", plan->kernels[j->ki].name);
+      int win = 0, wrong0 = c->rep->wrong, cand0 = c->rep->candidates;
+      measure_job(c, j, nj - q, &win);
+      c->rep->searched++;
+      cand *w = &j->c[win];
+      char names[160];
+      rule_names(w->rules, names, sizeof names);
+      if (win)
+        logf_(c, "  winner cand %d: %.2f us (%.2fx) rules=%s\n", win, 1e6 * w->time, j->c[0].time / w->time, names);
+      else logf_(c, "  winner: the default schedule (%.2f us)\n", 1e6 * j->c[0].time);
+      decide(c, j, win, keys, pending, won, c->rep->candidates - cand0, c->rep->wrong - wrong0);
+    }
+    for (size_t q = lo; q < hi; q++) job_free(&jobs[q]);
+    lo = hi;
+  }
+done:
+  for (size_t q = 0; jobs && q < nj; q++) job_free(&jobs[q]);
+  lm_free(jobs);
+  lm_free(keys);
+  lm_free(pending);
+}
+
+/* ---------------------------------------------------------------- stage 1: the plan */
+
+static uint32_t plan_root(lm_sk *s, lm_plan *plan) {
+  size_t nk = plan->nkernels;
+  uint32_t *ks = lm_calloc(nk + 1, sizeof *ks);
+  if (!ks) return LM_EG_NONE;
+  uint32_t base = 0;
+  for (uint32_t i = 0; i < nk; i++) {
+    ks[i] = sk_add_kernel(s, i, base);
+    if (ks[i] == LM_EG_NONE) { /* opaque: kept as it is */
+      lm_enode nop = {.op = SK_NOP, .attr = i + 1};
+      uint32_t body = lm_eg_add(s->eg, &nop);
+      lm_enode kn = {.op = SK_KERNEL, .n = 1, .attr = i, .c = {body}};
+      ks[i] = lm_eg_add(s->eg, &kn);
+    }
+    base += (uint32_t)plan->kernels[i].nloops;
+  }
+  lm_enode nop = {.op = SK_NOP};
+  uint32_t list = lm_eg_add(s->eg, &nop);
+  for (size_t i = nk; i-- > 0 && list != LM_EG_NONE;) {
+    lm_enode sq = {.op = SK_SEQ, .n = 2, .c = {ks[i], list}};
+    list = lm_eg_add(s->eg, &sq);
+  }
+  lm_free(ks);
+  return list;
+}
+
+/* The kernels of a plan term (a SEQ list of KERNEL nodes). */
+static lm_status emit_plan(sctx *c, lm_sk *s, const sk_term *t, lm_kernel **out, size_t *nout) {
+  lm_plan *plan = c->plan;
+  size_t n = 0;
+  for (uint32_t i = t->root; t->n[i].op == SK_SEQ; i = t->n[i].c[1]) n++;
+  lm_kernel *ks = lm_calloc(n + 1, sizeof *ks);
+  if (!ks) return LM_ERR_NOMEM;
+  lm_status st = LM_OK;
+  size_t m = 0;
+  for (uint32_t i = t->root; t->n[i].op == SK_SEQ && st == LM_OK; i = t->n[i].c[1]) {
+    const lm_enode *kn = &t->n[t->n[i].c[0]];
+    if (kn->op != SK_KERNEL || kn->attr >= plan->nkernels) {
+      st = lm_fail(LM_ERR_INVALID, "search: a plan term without a kernel");
+      break;
+    }
+    const lm_enode *body = &t->n[kn->c[0]];
+    if (body->op == SK_NOP && body->attr) st = sk_kernel_copy(&plan->kernels[body->attr - 1], &ks[m]);
+    else st = sk_emit_kernel(s, t, t->n[i].c[0], &plan->kernels[kn->attr], &ks[m]);
+    if (st == LM_OK) m++;
+  }
+  if (st != LM_OK) {
+    for (size_t i = 0; i < m; i++) sk_kernel_free(&ks[i]);
+    lm_free(ks);
+    return st;
+  }
+  *out = ks;
+  *nout = m;
+  return LM_OK;
+}
+
+static double time_seq(sctx *c, const lm_kernel *ks, sk_kernel_fn *fns, size_t n, double max_s) {
+  double best = INFINITY, start = lm_search_now();
+  for (int rep = 0; rep < 2000; rep++) {
+    double a = lm_search_now();
+    int reps = 0;
+    do {
+      for (size_t i = 0; i < n; i++) skb_launch(&c->bench, &ks[i], fns[i]);
+      reps++;
+    } while (lm_search_now() - a < 2e-4);
+    double per = (lm_search_now() - a) / reps;
+    if (per < best) best = per;
+    if (rep >= 5 && lm_search_now() - start > max_s) break;
+  }
+  return best;
+}
+
+/* Times the plan's kernels against the fused ones on the same inputs; 1 when the fused plan is
+ * correct and faster. */
+static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, double *t_new) {
+  lm_plan *plan = c->plan;
+  size_t no = plan->nkernels;
+  int ok = 0;
+  /* both plans as they would run: after the default schedule's rewrite of each kernel */
+  lm_kernel *oks = lm_calloc(no + 1, sizeof *oks), *nks = lm_calloc(nn + 1, sizeof *nks);
+  for (size_t i = 0; oks && nks && i < no; i++)
+    if (sk_kernel_copy(&plan->kernels[i], &oks[i]) == LM_OK) interchange_one(plan, &oks[i]);
+  for (size_t i = 0; oks && nks && i < nn; i++)
+    if (sk_kernel_copy(&nks_in[i], &nks[i]) == LM_OK) interchange_one(plan, &nks[i]);
+  sk_kernel_fn *fo = lm_calloc(no + 1, sizeof *fo), *fn = lm_calloc(nn + 1, sizeof *fn);
+  uint8_t *w = lm_calloc(plan->nbufs + 1, 1), *wk = lm_calloc(plan->nbufs + 1, 1);
+  float **ref = lm_calloc(plan->nbufs + 1, sizeof *ref);
+  char *pre = lm_render_prelude(LM_DIALECT_C);
+  lm_sb tu = {0};
+  if (!oks || !nks || !fo || !fn || !w || !wk || !ref || !pre || ensure_bench(c) != LM_OK) goto done;
+  lm_sb_puts(&tu, pre);
+  char name[32];
+  for (size_t i = 0; i < no; i++) {
+    snprintf(name, sizeof name, "po%zu", i);
+    if (add_source(c, &tu, &oks[i], name) != LM_OK) goto done;
+    written(plan, &oks[i], wk);
+    for (size_t b = 0; b < plan->nbufs; b++) w[b] |= wk[b];
+  }
+  for (size_t i = 0; i < nn; i++) {
+    snprintf(name, sizeof name, "pn%zu", i);
+    if (add_source(c, &tu, &nks[i], name) != LM_OK) goto done;
+  }
+  char *src = lm_sb_take(&tu);
+  lm_cc_lib *lib = src ? build_tu(c, src) : NULL;
+  lm_free(src);
+  if (!lib) goto done;
+  for (size_t i = 0; i < no; i++) {
+    snprintf(name, sizeof name, "po%zu", i);
+    if (!(fo[i] = sym_fn(lib, name))) goto done;
+  }
+  for (size_t i = 0; i < nn; i++) {
+    snprintf(name, sizeof name, "pn%zu", i);
+    if (!(fn[i] = sym_fn(lib, name))) goto done;
+  }
+  skb_fill(&c->bench, c->o->seed + 17);
+  poison(c, w);
+  for (size_t i = 0; i < no; i++) skb_launch(&c->bench, &oks[i], fo[i]);
+  for (size_t b = 0; b < plan->nbufs; b++)
+    if (w[b]) {
+      if (!(ref[b] = lm_malloc((c->bench.count[b] + 1) * sizeof(float)))) goto done;
+      memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
+    }
+  skb_fill(&c->bench, c->o->seed + 17);
+  poison(c, w);
+  for (size_t i = 0; i < nn; i++) skb_launch(&c->bench, &nks[i], fn[i]);
+  double e = check(c, w, ref, RTOL_EXACT, ATOL_EXACT);
+  if (e > 1) {
+    c->rep->wrong++;
+    logf_(c, "plan: the fused plan is WRONG (error %.3g x tolerance)\n", e);
+    goto done;
+  }
+  double budget = (c->deadline - lm_search_now()) / 8;
+  if (budget > 1.0) budget = 1.0;
+  if (budget < 0.02) budget = 0.02;
+  *t_old = time_seq(c, oks, fo, no, budget);
+  *t_new = time_seq(c, nks, fn, nn, budget);
+  ok = *t_new < 0.98 * *t_old;
+done:
+  for (size_t i = 0; oks && i < no; i++) sk_kernel_free(&oks[i]);
+  for (size_t i = 0; nks && i < nn; i++) sk_kernel_free(&nks[i]);
+  lm_free(oks);
+  lm_free(nks);
+  lm_sb_free(&tu);
+  lm_free(pre);
+  for (size_t b = 0; ref && b < plan->nbufs; b++) lm_free(ref[b]);
+  lm_free(ref);
+  lm_free(w);
+  lm_free(wk);
+  lm_free(fo);
+  lm_free(fn);
+  return ok;
+}
+
+static void set_kernels(sctx *c, lm_kernel *ks, size_t n) {
+  lm_plan *plan = c->plan;
+  for (size_t i = 0; i < plan->nkernels; i++) sk_kernel_free(&plan->kernels[i]);
+  lm_free(plan->kernels);
+  plan->kernels = ks;
+  plan->nkernels = plan->kernelcap = n;
+  lm_plan_liveness(plan);
+}
+
+static void plan_stage(sctx *c) {
+  lm_plan *plan = c->plan;
+  if (!c->o->fuse_kernels || plan->nkernels < 2) return;
+  lm_sb sb = {0};
+  lm_plan_dump(plan, &sb);
+  char *text = lm_sb_take(&sb);
+  if (!text) return;
+  uint64_t key = key_of(c, text, "plan");
+  lm_free(text);
+  const char *cached = skc_get(&c->cache, key);
+  char kind = 0;
+  double def = 0, best = 0;
+  int ncand = 0, rounding = 0;
+  uint64_t rules = 0;
+  const char *term = NULL;
+  if (cached && !parse_value(cached, &kind, &def, &best, &ncand, &rounding, &rules, &term)) cached = NULL;
+  if (cached && kind == 'D') {
+    c->rep->from_cache++;
+    logf_(c, "plan: from the cache: no kernel fusion\n");
+    return;
+  }
+  lm_sk s;
+  if (sk_init(&s, plan) != LM_OK) return;
+  s.stage = SK_STAGE_PLAN;
+  s.rounding = 0;
+  uint32_t root = plan_root(&s, plan);
+  sk_term t = {0};
+  lm_kernel *nks = NULL;
+  size_t nn = 0;
+  if (root == LM_EG_NONE) goto done;
+  if (cached) {
+    if (sk_term_parse(&s, term, &t) == LM_OK && emit_plan(c, &s, &t, &nks, &nn) == LM_OK) {
+      c->rep->from_cache++;
+      logf_(c, "plan: from the cache: %zu kernels -> %zu\n", plan->nkernels, nn);
+      set_kernels(c, nks, nn);
+      nks = NULL;
+    }
+    goto done;
+  }
+  int nr;
+  const lm_rule *rl = sk_rules(&nr);
+  lm_run_limits lim = {.iterations = 24, .nodes = 200000, .seconds = (c->deadline - lm_search_now()) / 6,
+                       .match_limit = 100000, .ban_length = 1, .enabled = c->enabled_p};
+  lm_run_report rr = {0};
+  uint32_t applied[64] = {0};
+  rr.applied = applied;
+  lm_eg_run(s.eg, rl, nr, &s, &lim, &rr);
+  for (int r = 0; r < nr; r++)
+    if (applied[r]) logf_(c, "plan: rule %s applied %u times\n", rl[r].name, applied[r]);
+  size_t ncl = s.eg->nclasses;
+  double *cost = lm_malloc((ncl + 1) * sizeof *cost);
+  uint32_t *bestn = lm_malloc((ncl + 1) * sizeof *bestn);
+  if (cost && bestn) {
+    sk_greedy(&s, cost, bestn);
+    if (sk_extract(&s, root, bestn, NULL, NULL, 0, NULL, &t) != LM_OK || emit_plan(c, &s, &t, &nks, &nn) != LM_OK)
+      nn = 0;
+  }
+  lm_free(cost);
+  lm_free(bestn);
+  logf_(c, "plan: e-graph %zu nodes, %zu classes, %d iterations in %.3f s: %zu kernels -> %zu\n", rr.nodes,
+        rr.classes, rr.iterations, rr.seconds, plan->nkernels, nn);
+  if (nn && nn < plan->nkernels && getenv("LUMEN_SEARCH_DEBUG") && c->log) {
+    lm_plan tmp = *plan;
+    tmp.kernels = nks;
+    tmp.nkernels = nn;
+    lm_sb db = {0};
+    lm_plan_dump(&tmp, &db);
+    if (db.s) logf_(c, "plan: fused plan:\n%s", db.s);
+    lm_sb_free(&db);
+  }
+  if (nn && nn < plan->nkernels) {
+    double t_old = 0, t_new = 0;
+    int ok = judge_plan(c, nks, nn, &t_old, &t_new);
+    logf_(c, "plan: default %.2f us, fused %.2f us: %s\n", 1e6 * t_old, 1e6 * t_new, ok ? "fused" : "kept");
+    char *tt = ok ? sk_term_print(&s, &t) : NULL;
+    if (!ok || tt) put_decision(c, key, ok ? 'P' : 'D', t_old, t_new, 1, 0, 0, tt);
+    lm_free(tt);
+    if (ok) {
+      set_kernels(c, nks, nn);
+      nks = NULL;
+    }
+  } else put_decision(c, key, 'D', 0, 0, 0, 0, 0, NULL);
+done:
+  if (nks) {
+    for (size_t i = 0; i < nn; i++) sk_kernel_free(&nks[i]);
+    lm_free(nks);
+  }
+  sk_term_free(&t);
+  sk_free(&s);
+}
+
+/* ---------------------------------------------------------------- entry */
+
+lm_status lm_search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts, lm_search_report *rep) {
+  lm_search_options defaults;
+  if (!opts) {
+    lm_search_options_init(&defaults);
+    opts = &defaults;
+  }
+  lm_search_report local_rep;
+  if (!rep) rep = &local_rep;
+  memset(rep, 0, sizeof *rep);
+  if (!plan || !plan->g) return lm_fail(LM_ERR_INVALID, "search: no plan");
+  rep->kernels_before = rep->kernels_after = (int)plan->nkernels;
+  if (!(opts->budget_s > 0)) {
+    for (size_t i = 0; i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
+    return LM_OK;
+  }
+  sctx c = {.o = opts, .plan = plan, .rep = rep, .rng = opts->seed ? opts->seed : 1};
+  uint8_t *won = NULL;
+  c.t0 = lm_search_now();
+  c.deadline = c.t0 + opts->budget_s;
+  lm_status st = LM_OK;
+  const lm_exprs *x = &plan->g->x;
+  c.syms = lm_calloc(x->nsyms + 1, sizeof *c.syms);
+  int nr;
+  sk_rules(&nr);
+  c.enabled_k = lm_calloc((size_t)nr + 1, 1);
+  c.enabled_p = lm_calloc((size_t)nr + 1, 1);
+  if (!c.syms || !c.enabled_k || !c.enabled_p) {
+    st = LM_ERR_NOMEM;
+    goto done;
+  }
+  for (size_t i = 0; i < x->nsyms; i++) {
+    int64_t d = opts->sym_default > 0 ? opts->sym_default : 256;
+    c.syms[i] = syms ? syms[i] : (d > x->syms[i].least ? d : x->syms[i].least);
+  }
+  lm_sk probe = {.rounding = opts->allow_rounding, .stage = SK_STAGE_KERNEL};
+  for (int r = 0; r < nr; r++) c.enabled_k[r] = (uint8_t)sk_rule_stage_ok(&probe, r);
+  probe.stage = SK_STAGE_PLAN;
+  probe.rounding = 0;
+  for (int r = 0; r < nr; r++) c.enabled_p[r] = (uint8_t)sk_rule_stage_ok(&probe, r);
+  if ((st = lm_cc_open(&c.cc)) != LM_OK) goto done;
+  if ((st = lm_pool_new(opts->threads, &c.pool)) != LM_OK) goto done;
+  if (!(c.devid = sk_device_id(c.cc, lm_pool_size(c.pool)))) {
+    st = LM_ERR_NOMEM;
+    goto done;
+  }
+  char path[4200] = "";
+  if (opts->use_cache) {
+    const char *dir = opts->cache_dir ? opts->cache_dir : lm_cc_cache_dir();
+    snprintf(path, sizeof path, "%s/search-%016llx.txt", dir,
+             (unsigned long long)lm_hash_bytes(c.devid, strlen(c.devid), 0));
+    if (skc_load(&c.cache, path) != LM_OK) memset(&c.cache, 0, sizeof c.cache);
+  }
+  const char *lp = opts->log_path;
+  if (lp && *lp) c.log = fopen(lp, "a");
+  logf_(&c, "==== lumen search: %zu kernels, budget %.1f s, device %s\n", plan->nkernels, opts->budget_s, c.devid);
+  if (c.cache.skipped) logf_(&c, "cache %s: %zu malformed lines skipped\n", path, c.cache.skipped);
+
+  plan_stage(&c);
+  rep->kernels_after = (int)plan->nkernels;
+  if (!(c.kr = lm_calloc(plan->nkernels + 1, sizeof *c.kr))) {
+    st = LM_ERR_NOMEM;
+    goto done;
+  }
+  if (!(won = lm_calloc(plan->nkernels + 1, 1))) {
+    st = LM_ERR_NOMEM;
+    goto done;
+  }
+  kernel_stage(&c, won);
+  rep->kernels = c.kr;
+  rep->nkernels = (int)plan->nkernels;
+  c.kr = NULL;
+  if (opts->use_cache && c.cache.path) skc_save(&c.cache);
+done:
+  /* what the search did not replace gets the default schedule's rewrite, as without a search */
+  for (size_t i = 0; i < plan->nkernels; i++)
+    if (!won || !won[i]) interchange_one(plan, &plan->kernels[i]);
+  lm_free(won);
+  rep->wall_s = lm_search_now() - c.t0;
+  logf_(&c, "==== search done in %.2f s: %d kernels searched, %d from the cache, %d candidates timed, %d wrong; "
+            "kernels %.2f us -> %.2f us\n",
+        rep->wall_s, rep->searched, rep->from_cache, rep->candidates, rep->wrong, 1e6 * rep->default_s,
+        1e6 * rep->best_s);
+  if (c.log) fclose(c.log);
+  if (c.have_bench) skb_close(&c.bench);
+  for (size_t i = 0; i < c.nlibs; i++) lm_cc_lib_close(c.libs[i]);
+  lm_free(c.libs);
+  skc_free(&c.cache);
+  lm_free(c.devid);
+  lm_free(c.kr);
+  lm_free(c.syms);
+  lm_free(c.enabled_k);
+  lm_free(c.enabled_p);
+  if (c.pool) lm_pool_free(c.pool);
+  if (c.cc) lm_cc_close(c.cc);
+  if (rep == &local_rep) lm_search_report_free(rep);
+  return st;
+}

@@ -1,0 +1,472 @@
+/* Tests of the schedule search (compiler/search): on a 64x64x64 matmul, a softmax and a small
+ * Adam-style PPO update (three assigned values, so three kernels before fusion):
+ * - every distinct candidate extracted from the saturated e-graph (greedy, 150 random genomes)
+ *   gives what the original kernel gives, both run by the reference interpreter on random inputs
+ *   away from zero (exact candidates: float ==; rounding ones: rtol 1e-4 + 1e-5 of the largest);
+ * - lm_search_plan times candidates on the cpu, finds none wrong, and the plan it leaves computes
+ *   the same outputs as the lowered plan (interpreter, rtol 1e-4 + 1e-5 of the largest);
+ * - the tuning cache: a second search of the same plan takes every decision from the cache,
+ *   compiles nothing and times nothing, and leaves the same code; corrupt, truncated and
+ *   foreign lines are skipped, and the valid lines still apply;
+ * - a zero budget leaves the default schedule; the search log names candidates and the winner;
+ * - lm_search_bench runs both schedules side by side and they agree.
+ * Searches use a fresh cache directory under $TMPDIR so no test sees another's decisions. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cc.h"
+#include "compile.h"
+#include "loopir.h"
+#include "lumen/lumen.h"
+#include "lumen/search.h"
+#include "passes.h"
+#include "render.h"
+#include "search/search-impl.h"
+#include "support/check.h"
+
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    lm_status st_ = (call);                                                                        \
+    cr_assert_eq(st_, LM_OK, "%s -> %s: %s", #call, lm_status_name(st_), lm_last_error());         \
+  } while (0)
+
+/* ---------------------------------------------------------------- graphs */
+
+static lm_graph_t *matmul64(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim d[2] = {64, 64};
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, d), b = lm_input(g, "b", LM_ROLE_DATA, 2, d);
+  cr_assert_eq(lm_output(lm_matmul(a, b), "c"), LM_OK);
+  return g;
+}
+
+static lm_graph_t *softmax(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim d[2] = {64, 128};
+  cr_assert_eq(lm_output(lm_softmax(lm_input(g, "x", LM_ROLE_DATA, 2, d), 1), "y"), LM_OK);
+  return g;
+}
+
+/* Adam on one parameter vector: m, v and p are each assigned (one kernel each by default). */
+static lm_graph_t *adam(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim d[1] = {4096};
+  lm_tensor p = lm_input(g, "p", LM_ROLE_PARAM, 1, d), m = lm_input(g, "m", LM_ROLE_STATE, 1, d);
+  lm_tensor v = lm_input(g, "v", LM_ROLE_STATE, 1, d), gr = lm_input(g, "g", LM_ROLE_DATA, 1, d);
+  lm_tensor m2 = lm_add(lm_mul_scalar(m, 0.9f), lm_mul_scalar(gr, 0.1f));
+  lm_tensor v2 = lm_add(lm_mul_scalar(v, 0.999f), lm_mul_scalar(lm_mul(gr, gr), 0.001f));
+  lm_tensor step = lm_div(m2, lm_add_scalar(lm_sqrt(v2), 1e-8f));
+  lm_tensor p2 = lm_sub(p, lm_mul_scalar(step, 3e-4f));
+  cr_assert_eq(lm_assign(m, m2), LM_OK);
+  cr_assert_eq(lm_assign(v, v2), LM_OK);
+  cr_assert_eq(lm_assign(p, p2), LM_OK);
+  cr_assert_eq(lm_output(lm_sum(step, 0, 0), "step_sum"), LM_OK);
+  return g;
+}
+
+typedef struct lowered {
+  lm_graph_t *g;
+  lm_plan *p;
+} lowered;
+
+/* The plan the search starts from: canonical, lowered, before the default schedule's rewrites. */
+static lowered lower(lm_graph_t *g0) {
+  cr_assert_eq(lm_graph_validate(g0), LM_OK, "%s", lm_last_error());
+  lowered l = {lm_canonicalize_ex(g0, LM_CANON_EXACT, NULL), NULL};
+  cr_assert(l.g);
+  lm_graph_free(g0);
+  OK(lm_lower(l.g, &l.p));
+  return l;
+}
+
+static void lowered_free(lowered *l) {
+  lm_plan_free(l->p);
+  lm_graph_free(l->g);
+}
+
+/* ---------------------------------------------------------------- interpreting plans */
+
+typedef struct bufs {
+  size_t n;
+  float **b;
+  size_t *count;
+} bufs;
+
+static bufs bufs_new(const lm_plan *p, uint64_t seed) {
+  bufs s = {p->nbufs, calloc(p->nbufs + 1, sizeof(float *)), calloc(p->nbufs + 1, sizeof(size_t))};
+  check_rng r = check_rng_new(seed);
+  for (size_t i = 0; i < p->nbufs; i++) {
+    s.count[i] = (size_t)lm_x_eval(&p->g->x, p->bufs[i].numel, NULL, NULL);
+    s.b[i] = malloc((s.count[i] + 1) * sizeof(float));
+    check_fill(&r, s.b[i], s.count[i], -1.0, 1.0, 0.1);
+  }
+  return s;
+}
+
+static void bufs_free(bufs *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->b[i]);
+  free(s->b);
+  free(s->count);
+}
+
+static void bufs_copy(bufs *d, const bufs *s) {
+  for (size_t i = 0; i < s->n; i++) memcpy(d->b[i], s->b[i], s->count[i] * sizeof(float));
+}
+
+static void interpret(const lm_plan *p, const lm_kernel *ks, size_t n, bufs *b) {
+  for (size_t i = 0; i < n; i++) OK(sk_interpret(p, &ks[i], b->b, b->count, NULL, 5, 1));
+}
+
+/* Buffers the plan's kernels write that hold results (outputs and assigned values). */
+static int result_buf(const lm_plan *p, size_t b) {
+  if (p->bufs[b].kind == LM_BUF_OUTPUT) return 1;
+  for (size_t i = 0; i < p->ncopies; i++)
+    if (p->copies[i].src == b) return 1;
+  return 0;
+}
+
+static void expect_close(const lm_plan *p, const bufs *got, const bufs *want, int exact, int all, const char *what) {
+  for (size_t i = 0; i < want->n; i++) {
+    if (!all && !result_buf(p, i)) continue;
+    double scale = 0;
+    for (size_t j = 0; j < want->count[i]; j++)
+      if (isfinite(want->b[i][j]) && fabs(want->b[i][j]) > scale) scale = fabs(want->b[i][j]);
+    for (size_t j = 0; j < want->count[i]; j++) {
+      float a = got->b[i][j], b = want->b[i][j];
+      if (isnan(a) && isnan(b)) continue;
+      int ok = exact ? a == b : fabs((double)a - b) <= 1e-4 * fabs(b) + 1e-5 * scale;
+      cr_assert(ok, "%s: buffer %zu element %zu: %.9g, the reference gives %.9g", what, i, j, (double)a, (double)b);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- every candidate */
+
+static size_t check_all_candidates(lowered *l, const char *what) {
+  lm_plan *p = l->p;
+  bufs in = bufs_new(p, 3);
+  size_t checked = 0, differing = 0;
+  for (uint32_t ki = 0; ki < p->nkernels; ki++) {
+    lm_sk s;
+    OK(sk_init(&s, p));
+    s.stage = SK_STAGE_KERNEL;
+    uint32_t root = sk_add_kernel(&s, ki, 0);
+    cr_assert_neq(root, LM_EG_NONE, "%s: kernel %u: %s", what, ki, s.why);
+    int nr;
+    const lm_rule *rules = sk_rules(&nr);
+    uint8_t enabled[64] = {0};
+    for (int r = 0; r < nr; r++) enabled[r] = (uint8_t)sk_rule_stage_ok(&s, r);
+    lm_run_limits lim = {.iterations = 8, .nodes = 40000, .seconds = 3, .match_limit = 1000, .ban_length = 2,
+                         .enabled = enabled};
+    lm_run_report rr = {0};
+    lm_eg_run(s.eg, rules, nr, &s, &lim, &rr);
+    size_t ncl = s.eg->nclasses;
+    double *cost = malloc((ncl + 1) * sizeof *cost);
+    uint32_t *best = malloc((ncl + 1) * sizeof *best);
+    sk_greedy(&s, cost, best);
+    uint64_t rng = 99 + ki, seen[200];
+    size_t nseen = 0;
+    bufs want = bufs_new(p, 1), got = bufs_new(p, 1);
+    bufs_copy(&want, &in);
+    interpret(p, &p->kernels[ki], 1, &want);
+    char *orig = sk_kernel_text(p, &p->kernels[ki]);
+    for (int d = 0; d <= 150; d++) {
+      sk_term t;
+      if (sk_extract(&s, root, best, NULL, d ? &rng : NULL, 0, NULL, &t) != LM_OK) continue;
+      lm_kernel k;
+      if (sk_emit_kernel(&s, &t, t.root, &p->kernels[ki], &k) == LM_OK) {
+        char *text = sk_kernel_text(p, &k);
+        uint64_t h = lm_hash_bytes(text, strlen(text), 0);
+        int dup = 0;
+        for (size_t q = 0; q < nseen && !dup; q++) dup = seen[q] == h;
+        if (!dup && nseen < LM_COUNTOF(seen)) {
+          seen[nseen++] = h;
+          int rounding;
+          sk_term_rules(&s, &t, &rounding);
+          bufs_copy(&got, &in);
+          interpret(p, &k, 1, &got);
+          char *tt = sk_term_print(&s, &t);
+          cr_log_info("%s kernel %u: candidate %zu (%s) %s", what, ki, nseen, rounding ? "rounding" : "exact", tt);
+          expect_close(p, &got, &want, !rounding, 1, what);
+          lm_free(tt);
+          checked++;
+          differing += strcmp(text, orig) != 0;
+        }
+        lm_free(text);
+        sk_kernel_free(&k);
+      }
+      sk_term_free(&t);
+    }
+    lm_free(orig);
+    bufs_free(&want);
+    bufs_free(&got);
+    free(cost);
+    free(best);
+    sk_free(&s);
+  }
+  bufs_free(&in);
+  cr_assert_gt(differing, 10, "%s: only %zu candidates differ from the original", what, differing);
+  return checked;
+}
+
+Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout = 280) {
+  lowered l = lower(matmul64());
+  check_all_candidates(&l, "matmul 64^3");
+  lowered_free(&l);
+}
+
+Test(candidates, every_candidate_of_a_softmax_equals_the_reference, .timeout = 280) {
+  lowered l = lower(softmax());
+  check_all_candidates(&l, "softmax");
+  lowered_free(&l);
+}
+
+Test(candidates, every_candidate_of_an_adam_update_equals_the_reference, .timeout = 280) {
+  lowered l = lower(adam());
+  check_all_candidates(&l, "adam");
+  lowered_free(&l);
+}
+
+/* ---------------------------------------------------------------- the search */
+
+static char *temp_dir(void) {
+  const char *t = getenv("TMPDIR");
+  char *d = malloc(4096);
+  snprintf(d, 4096, "%s/lumen-search-test-XXXXXX", t && *t ? t : "/tmp");
+  cr_assert(mkdtemp(d), "mkdtemp");
+  return d;
+}
+
+static void remove_dir(const char *d) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+  cr_assert_eq(system(cmd), 0);
+}
+
+static lm_search_options opts(const char *cache_dir, double budget) {
+  lm_search_options o;
+  lm_search_options_init(&o);
+  o.budget_s = budget;
+  o.cache_dir = cache_dir;
+  o.use_cache = 1;
+  o.max_candidates = 12;
+  o.samples = 100;
+  o.log_path = NULL;
+  return o;
+}
+
+/* Searches a fresh lowering of g and checks the result against the lowered plan. */
+static void search_and_check(lm_graph_t *(*make)(void), const lm_search_options *o, lm_search_report *rep,
+                             char **code, const char *what) {
+  lowered ref = lower(make()), l = lower(make());
+  OK(lm_search_plan(l.p, NULL, o, rep));
+  cr_assert_eq(rep->wrong, 0, "%s: %d candidates disagreed with the reference", what, rep->wrong);
+  bufs in = bufs_new(ref.p, 21), want = bufs_new(ref.p, 1), got = bufs_new(ref.p, 1);
+  bufs_copy(&want, &in);
+  bufs_copy(&got, &in);
+  interpret(ref.p, ref.p->kernels, ref.p->nkernels, &want);
+  cr_assert_eq(l.p->nbufs, ref.p->nbufs);
+  interpret(l.p, l.p->kernels, l.p->nkernels, &got);
+  expect_close(ref.p, &got, &want, 0, 0, what);
+  if (code) *code = lm_render_plan(l.p, LM_DIALECT_C);
+  bufs_free(&in);
+  bufs_free(&want);
+  bufs_free(&got);
+  lowered_free(&ref);
+  lowered_free(&l);
+}
+
+Test(search, matmul_softmax_adam_searched_plans_compute_the_same_and_time_no_wrong_candidate, .timeout = 280) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir, 10);
+  lm_graph_t *(*makers[])(void) = {matmul64, softmax, adam};
+  const char *names[] = {"matmul", "softmax", "adam"};
+  for (int i = 0; i < 3; i++) {
+    lm_search_report rep;
+    search_and_check(makers[i], &o, &rep, NULL, names[i]);
+    cr_log_info("%s: %d -> %d kernels, %d searched, %d candidates timed, %.2f us -> %.2f us, %.2f s", names[i],
+                rep.kernels_before, rep.kernels_after, rep.searched, rep.candidates, 1e6 * rep.default_s,
+                1e6 * rep.best_s, rep.wall_s);
+    if (i < 2) cr_assert_gt(rep.candidates, 0, "%s: no candidate was timed", names[i]);
+    lm_search_report_free(&rep);
+  }
+  remove_dir(dir);
+  free(dir);
+}
+
+Test(search, a_second_run_with_a_warm_cache_does_no_search, .timeout = 280) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir, 10);
+  lm_search_report r1, r2;
+  char *code1 = NULL, *code2 = NULL;
+  search_and_check(matmul64, &o, &r1, &code1, "first run");
+  cr_assert_gt(r1.searched, 0);
+  cr_assert_gt(r1.candidates, 0);
+  int64_t builds = lm_cc_compile_count();
+  search_and_check(matmul64, &o, &r2, &code2, "second run");
+  cr_assert_eq(r2.searched, 0, "the second run searched %d kernels", r2.searched);
+  cr_assert_eq(r2.candidates, 0);
+  cr_assert_geq(r2.from_cache, 1);
+  cr_assert_eq(lm_cc_compile_count(), builds, "the second run compiled something");
+  cr_assert_str_eq(code1, code2, "the cached decision gives other code");
+  cr_log_info("first run %.2f s, second %.3f s", r1.wall_s, r2.wall_s);
+  lm_search_report_free(&r1);
+  lm_search_report_free(&r2);
+  free(code1);
+  free(code2);
+  remove_dir(dir);
+  free(dir);
+}
+
+Test(search, corrupt_cache_lines_are_skipped_and_the_rest_still_applies, .timeout = 280) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir, 10);
+  lm_search_report r1, r2;
+  char *code1 = NULL, *code2 = NULL;
+  search_and_check(matmul64, &o, &r1, &code1, "first run");
+  /* the cache file: append corrupt lines, and corrupt a copy of every valid line */
+  char cmd[4400];
+  snprintf(cmd, sizeof cmd, "ls '%s'/search-*.txt", dir);
+  FILE *ls = popen(cmd, "r");
+  char path[4096] = "";
+  cr_assert(ls && fgets(path, sizeof path, ls), "no cache file in %s", dir);
+  pclose(ls);
+  path[strcspn(path, "\n")] = 0;
+  FILE *f = fopen(path, "r");
+  cr_assert(f);
+  char lines[64][2048];
+  int n = 0;
+  while (n < 64 && fgets(lines[n], sizeof lines[n], f)) n++;
+  fclose(f);
+  f = fopen(path, "w");
+  cr_assert(f);
+  fputs("this is not a cache line\n", f);
+  fputs("0123456789abcdef deadbeef W|1|1|1|0|0|-\n", f); /* wrong check */
+  fputs("0123456789abcdef\n", f);                         /* truncated */
+  fputs("zzzzzzzzzzzzzzzz 00000000 D|0|0|0|0|0|-\n", f);
+  for (int i = 0; i < n; i++) {
+    if (lines[i][0] == '#') continue;
+    char bad[2048];
+    size_t len = strnlen(lines[i], sizeof bad - 1);
+    memcpy(bad, lines[i], len);
+    bad[len] = 0;
+    if (len > 30) bad[len - 3] ^= 1; /* a flipped bit in the value: the check no longer matches */
+    fputs(bad, f);
+    fputs(lines[i], f);
+  }
+  fputs("ffffffffffffffff 1234", f); /* a last line cut short */
+  fclose(f);
+  /* the cache layer itself: every corrupt line skipped, every valid one kept */
+  sk_cache c;
+  OK(skc_load(&c, path));
+  cr_assert_geq(c.skipped, 5, "%zu lines skipped", c.skipped);
+  cr_assert_geq(c.n, 1);
+  size_t valid = c.n;
+  skc_free(&c);
+  /* and the search still takes its decisions from the valid lines */
+  int64_t builds = lm_cc_compile_count();
+  search_and_check(matmul64, &o, &r2, &code2, "after corruption");
+  cr_assert_eq(r2.searched, 0);
+  cr_assert_geq(r2.from_cache, 1);
+  cr_assert_eq(lm_cc_compile_count(), builds);
+  cr_assert_str_eq(code1, code2);
+  cr_log_info("%zu valid entries kept", valid);
+  lm_search_report_free(&r1);
+  lm_search_report_free(&r2);
+  free(code1);
+  free(code2);
+  remove_dir(dir);
+  free(dir);
+}
+
+Test(search, the_cache_merges_entries_and_survives_a_reload) {
+  char *dir = temp_dir();
+  char path[4200];
+  snprintf(path, sizeof path, "%s/c.txt", dir);
+  sk_cache a, b;
+  OK(skc_load(&a, path)); /* a missing file is an empty cache */
+  cr_assert_eq(a.n, 0);
+  OK(skc_put(&a, 1, "D|1|1|0|0|0|-"));
+  OK(skc_put(&a, 2, "W|2|1|3|0|ff|r0;nop:0;"));
+  OK(skc_save(&a));
+  OK(skc_load(&b, path));
+  OK(skc_put(&b, 3, "D|3|3|0|0|0|-"));
+  OK(skc_put(&b, 1, "D|9|9|0|0|0|-")); /* a newer decision replaces the older */
+  OK(skc_save(&b));
+  skc_free(&b);
+  OK(skc_load(&b, path));
+  cr_assert_eq(b.n, 3);
+  cr_assert_eq(b.skipped, 0);
+  cr_assert_str_eq(skc_get(&b, 1), "D|9|9|0|0|0|-");
+  cr_assert_str_eq(skc_get(&b, 2), "W|2|1|3|0|ff|r0;nop:0;");
+  cr_assert_null(skc_get(&b, 4));
+  cr_assert_neq(skc_put(&b, 5, "two\nlines"), LM_OK);
+  skc_free(&a);
+  skc_free(&b);
+  remove_dir(dir);
+  free(dir);
+}
+
+Test(search, a_zero_budget_leaves_the_default_schedule) {
+  lowered l = lower(matmul64()), c = lower(matmul64());
+  lm_schedule_interchange(c.p); /* what lm_search_plan stands in for */
+  lm_search_options o;
+  lm_search_options_init(&o);
+  o.budget_s = 0;
+  lm_search_report rep;
+  OK(lm_search_plan(l.p, NULL, &o, &rep));
+  cr_assert_eq(rep.searched, 0);
+  char *a = lm_render_plan(l.p, LM_DIALECT_C), *b = lm_render_plan(c.p, LM_DIALECT_C);
+  cr_assert_str_eq(a, b, "with no budget the plan is not the default schedule");
+  cr_assert(strstr(a, "float l0["), "the default schedule's interchange did not apply:\n%s", a);
+  lm_free(a);
+  lm_free(b);
+  lowered_free(&c);
+  lowered_free(&l);
+}
+
+Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout = 280) {
+  char *dir = temp_dir();
+  char log[4200];
+  snprintf(log, sizeof log, "%s/search.log", dir);
+  lm_search_options o = opts(dir, 10);
+  o.log_path = log;
+  lm_search_report rep;
+  search_and_check(matmul64, &o, &rep, NULL, "logged");
+  FILE *f = fopen(log, "r");
+  cr_assert(f, "no log at %s", log);
+  char text[65536];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  cr_assert(strstr(text, "cand 0 default schedule"), "%s", text);
+  cr_assert(strstr(text, "e-graph:"), "%s", text);
+  cr_assert(strstr(text, "winner"), "%s", text);
+  cr_assert(strstr(text, "rules="), "%s", text);
+  cr_assert(strstr(text, "search done"), "%s", text);
+  lm_search_report_free(&rep);
+  remove_dir(dir);
+  free(dir);
+}
+
+Test(search, bench_runs_both_schedules_side_by_side, .timeout = 280) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir, 10);
+  lm_graph_t *g = matmul64();
+  lm_search_bench_result r;
+  OK(lm_search_bench(g, NULL, NULL, 0, &o, &r));
+  cr_log_info("matmul 64^3: default %.2f us, searched %.2f us (%.2fx), search %.2f s, %d candidates, winner %s",
+              1e6 * r.default_s, 1e6 * r.searched_s, r.speedup, r.search_wall_s, r.candidates, r.winner);
+  cr_assert_gt(r.default_s, 0);
+  cr_assert_gt(r.searched_s, 0);
+  cr_assert_lt(r.max_rel_err, 1e-4, "searched and default disagree: %g", r.max_rel_err);
+  cr_assert_eq(r.wrong, 0);
+  cr_assert_eq(r.kernels_default, 1);
+  lm_graph_free(g);
+  remove_dir(dir);
+  free(dir);
+}
