@@ -1967,6 +1967,8 @@ static void usage(FILE *f) {
         "                       --quick cartpole)\n"
         "  --solve-budget S     env-step budget of time-to-solve (default: lm_ppo_defaults' total_steps)\n"
         "  --seeds K            time-to-solve runs per stepper, seeds 1..K (default 1, at most 16)\n"
+        "  --search-budget S    seconds of schedule search per cpu program (0 = the default schedule);\n"
+        "                       the 'search' benchmark compares the two side by side\n"
         "  --json FILE          also write every number as JSON to FILE ('-' = stdout)\n"
         "  -h, --help           this text\n"
         "\n"
@@ -2115,7 +2117,8 @@ int main(int argc, char **argv) {
     int takes_value = !strcmp(name, "--only") || !strcmp(name, "--reps") || !strcmp(name, "--n") ||
                       !strcmp(name, "--ref-n") || !strcmp(name, "--threads") || !strcmp(name, "--json") ||
                       !strcmp(name, "--envs") || !strcmp(name, "--env-steps") || !strcmp(name, "--horizon") ||
-                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds");
+                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds") ||
+                      !strcmp(name, "--search-budget");
     const char *val = NULL;
     if (takes_value) {
       if (eq)
@@ -2176,6 +2179,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(name, "--seeds")) {
       if (parse_int(name, val, 1, 16, &v)) return EXIT_USAGE;
       o.seeds = (int)v;
+    } else if (!strcmp(name, "--search-budget")) {
+      if (parse_int(name, val, 0, 86400, &v)) return EXIT_USAGE;
+      setenv("LUMEN_SEARCH_BUDGET", val, 1); /* every cpu program compiled from here on searches */
     } else if (!strcmp(name, "--json")) {
       if (!*val) return usage_error("--json needs a file name");
       o.json = val;
