@@ -193,11 +193,11 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
   }
   uint64_t rng[2] = {args->seed, args->run};
   for (size_t i = 0; i < plan->nkernels; i++) {
-    int64_t n = x->layout.extent[i], per = n > 0 ? x->layout.cost[i] / n : 1;
-    int64_t unit = BLOCK;
+    int64_t n = x->layout.extent[i], unit = BLOCK;
+    /* work of one block of the outer loop, and how many blocks are worth a thread */
+    double per = (n > 0 ? (double)x->layout.cost[i] / (double)n : 1.0) * (double)unit;
+    int64_t min_chunk = per >= 16384 ? 1 : (int64_t)(16384 / (per > 1 ? per : 1));
     launch l = {x->fns[i], x->bufs, args->syms, rng, unit, n};
-    per *= unit; /* work of one block of the outer loop */
-    int64_t min_chunk = per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1); /* blocks worth a thread */
     lm_pool_run(c->pool, run_chunk, &l, (n + unit - 1) / unit, min_chunk);
   }
   for (size_t i = 0; i < plan->ncopies; i++) {
