@@ -209,15 +209,16 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     snprintf(dir, sizeof dir, "runs/%s-%s", env->name, stamp);
   }
-  snprintf(path, sizeof path, "%s/checkpoints", dir);
-  if (!mkdirs(path)) {
-    fprintf(stderr, "rltrain: cannot create %s: %s\n", path, strerror(errno));
-    return 1;
-  }
   char why[1024];
   lm_backend_t *b = lm_backend_open(device, why, sizeof why);
   if (!b) {
     fprintf(stderr, "rltrain: no device: %s\n", lm_last_error());
+    return 1;
+  }
+  snprintf(path, sizeof path, "%s/checkpoints", dir); /* only once there is a device to train on */
+  if (!mkdirs(path)) {
+    fprintf(stderr, "rltrain: cannot create %s: %s\n", path, strerror(errno));
+    lm_backend_free(b);
     return 1;
   }
   double t_start = now();
