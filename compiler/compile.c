@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "lumen/search.h"
+#include "memplan.h"
 #include "passes.h"
 #include "search/search.h"
 
@@ -61,4 +62,17 @@ void lm_dump_source(const char *tag, const char *ext, const char *src, const lm_
   if (sb.s) fprintf(f, "\n/* loop IR:\n%s*/\n", sb.s);
   lm_sb_free(&sb);
   fclose(f);
+}
+
+lm_status lm_plan_stats(const lm_plan *plan, const lm_scan_info *scan, int fused, const int64_t *syms,
+                        lm_program_stats *out) {
+  lm_layout l;
+  lm_status st = lm_layout_compute(plan, syms, &l);
+  if (st != LM_OK) return st;
+  out->kernels = (int)plan->nkernels;
+  if (scan->active && !fused) out->kernels *= (int)syms[scan->sym_T];
+  out->arena_bytes = l.arena_bytes;
+  out->temp_bytes = l.temp_bytes;
+  lm_layout_free(&l);
+  return LM_OK;
 }

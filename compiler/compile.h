@@ -20,6 +20,10 @@ struct lm_search_options;
 lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const struct lm_search_options *search,
                         lm_compiled *out);
 void lm_compiled_free(lm_compiled *c);
+/* Kernels per run and arena sizes of a compiled plan under these symbol values (the stats
+ * entry of every compiling backend): a scan that was not fused launches its plan T times. */
+lm_status lm_plan_stats(const lm_plan *plan, const lm_scan_info *scan, int fused, const int64_t *syms,
+                        lm_program_stats *out);
 /* LUMEN_DUMP=dir: writes src (with the plan's loop IR as a comment) to dir/<tag>-<hash>.<ext>. */
 void lm_dump_source(const char *tag, const char *ext, const char *src, const lm_plan *plan);
 

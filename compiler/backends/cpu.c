@@ -220,15 +220,7 @@ static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
 static lm_status cpu_stats(void *ctx, void *p, const int64_t *syms, lm_program_stats *out) {
   (void)ctx;
   cpu_exe *x = p;
-  lm_layout l;
-  lm_status st = lm_layout_compute(x->plan, syms, &l);
-  if (st != LM_OK) return st;
-  out->kernels = (int)x->plan->nkernels;
-  if (x->scan.active && !x->fused) out->kernels *= (int)syms[x->scan.sym_T];
-  out->arena_bytes = l.arena_bytes;
-  out->temp_bytes = l.temp_bytes;
-  lm_layout_free(&l);
-  return LM_OK;
+  return lm_plan_stats(x->plan, &x->scan, x->fused, syms, out);
 }
 
 static lm_status cpu_sync(void *ctx) {

@@ -646,15 +646,7 @@ static lm_status cuda_time(void *ctx, void *p, double *ms) {
 static lm_status cuda_stats(void *ctx, void *p, const int64_t *syms, lm_program_stats *out) {
   (void)ctx;
   cuda_exe *x = p;
-  lm_layout l;
-  lm_status st = lm_layout_compute(x->plan, syms, &l);
-  if (st != LM_OK) return st;
-  out->kernels = (int)x->plan->nkernels;
-  if (x->scan.active && !x->fused) out->kernels *= (int)syms[x->scan.sym_T];
-  out->arena_bytes = l.arena_bytes;
-  out->temp_bytes = l.temp_bytes;
-  lm_layout_free(&l);
-  return LM_OK;
+  return lm_plan_stats(x->plan, &x->scan, x->fused, syms, out);
 }
 
 const lm_backend_ops lm_backend_cuda = {
