@@ -24,6 +24,7 @@ typedef enum lm_sop {
   LM_S_MUL,
   LM_S_MOD,
   LM_S_LT,
+  LM_S_MAX,     /* fmax(a, b) */
   LM_S_SELECT,  /* valid ? a : 0 (padding around a computed value) */
   LM_S_ACC,     /* accumulator declared before its loop: 0 (sum) or -inf (max) in f */
   LM_S_ACC_SUM, /* acc a += b */
@@ -47,6 +48,8 @@ typedef struct lm_stmt {
 typedef enum lm_loopkind {
   LM_L_PARALLEL, /* part of the domain: iterations independent (threads, GPU grid) */
   LM_L_SERIAL,   /* in order, e.g. a reduction */
+  LM_L_LANES,    /* SIMD lanes (compiler/lanes.c): independent iterations of a short constant
+                  * loop the C compiler must vectorise, not unroll */
   LM_L_COUNT
 } lm_loopkind;
 
@@ -125,8 +128,11 @@ void lm_plan_liveness(lm_plan *p);
  * in its body, carried state and per-env intermediates in local arrays (registers) where
  * their per-env size is a constant. LM_ERR_UNSUPPORTED (no message) when the step is not
  * env-local: some kernel reads another env's values, or has no env loop. */
-struct lm_scan_info;
 lm_status lm_scan_fuse(const lm_plan *step, int sym_T, int reverse, const uint8_t *per_step, lm_plan **out);
+/* The cpu's SIMD schedule of a fused scan kernel (compiler/lanes.c): `lanes` envs per
+ * iteration of its parallel loop, a loop over the lanes innermost around every straight-line
+ * run of the step, per-env arrays lane-minor. Returns the kernels changed (0 when lanes < 2). */
+int lm_scan_lanes(lm_plan *p, int lanes);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed. */
 int lm_schedule_interchange(lm_plan *plan);
@@ -144,5 +150,11 @@ int32_t lm_kernel_add_loop(lm_kernel *k, int32_t parent, lm_expr extent, lm_loop
 uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);
 int lm_kernel_use_buf(lm_kernel *k, uint32_t buf);
 int lm_loop_depth(const lm_kernel *k, int32_t loop);
+/* Frees what the kernel owns and zeroes it (NULL or a zeroed kernel: nothing to do). */
+void lm_kernel_free(lm_kernel *k);
+/* Which operand statements op reads: LM_OPND_A | LM_OPND_B (for ACC_SUM/ACC_MAX, a is the
+ * accumulator it updates and b the value). */
+enum { LM_OPND_A = 1, LM_OPND_B = 2 };
+int lm_sop_operands(uint8_t op);
 
 #endif

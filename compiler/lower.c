@@ -84,18 +84,40 @@ int lm_kernel_use_buf(lm_kernel *k, uint32_t buf) {
   return 1;
 }
 
-static void kernel_free(lm_kernel *k) {
+void lm_kernel_free(lm_kernel *k) {
+  if (!k) return;
   for (size_t i = 0; i < k->nloops; i++) lm_free(k->loops[i].body.items);
   lm_free(k->loops);
   lm_free(k->stmts);
   lm_free(k->root.items);
   lm_free(k->bufs);
   lm_free(k->locals);
+  memset(k, 0, sizeof *k);
+}
+
+int lm_sop_operands(uint8_t op) {
+  switch (op) {
+  case LM_S_LOG2:
+  case LM_S_EXP2:
+  case LM_S_SIN:
+  case LM_S_SQRT:
+  case LM_S_RECIP:
+  case LM_S_SELECT:
+  case LM_S_STORE: return LM_OPND_A;
+  case LM_S_ADD:
+  case LM_S_MUL:
+  case LM_S_MOD:
+  case LM_S_LT:
+  case LM_S_MAX:
+  case LM_S_ACC_SUM:
+  case LM_S_ACC_MAX: return LM_OPND_A | LM_OPND_B;
+  default: return 0;
+  }
 }
 
 void lm_plan_free(lm_plan *p) {
   if (!p) return;
-  for (size_t i = 0; i < p->nkernels; i++) kernel_free(&p->kernels[i]);
+  for (size_t i = 0; i < p->nkernels; i++) lm_kernel_free(&p->kernels[i]);
   lm_free(p->kernels);
   lm_free(p->bufs);
   lm_free(p->copies);
@@ -415,7 +437,7 @@ done:
 }
 
 static void reset_plan(lm_plan *p) {
-  for (size_t i = 0; i < p->nkernels; i++) kernel_free(&p->kernels[i]);
+  for (size_t i = 0; i < p->nkernels; i++) lm_kernel_free(&p->kernels[i]);
   p->nkernels = p->nbufs = p->ncopies = 0;
 }
 
@@ -595,7 +617,7 @@ done:
 
 static const char *const sop_names[LM_S_COUNT] = {
     "const", "load", "rand", "log2", "exp2", "sin",  "sqrt",    "recip",   "add",
-    "mul",   "mod",  "lt",   "select", "acc", "acc_sum", "acc_max", "store",
+    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store",
 };
 _Static_assert(sizeof sop_names / sizeof sop_names[0] == LM_S_COUNT, "sop_names covers every statement op");
 
@@ -605,7 +627,8 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
     lm_sb_printf(sb, "%*s", 2 * depth + 2, "");
     if (b->items[i].is_loop) {
       const lm_loop *l = &k->loops[b->items[i].id];
-      lm_sb_printf(sb, "%s i%u < ", l->kind == LM_L_PARALLEL ? "par" : "for", b->items[i].id);
+      lm_sb_printf(sb, "%s i%u < ", l->kind == LM_L_PARALLEL ? "par" : l->kind == LM_L_LANES ? "lanes" : "for",
+                   b->items[i].id);
       lm_x_print(x, l->extent, sb, "i");
       lm_sb_puts(sb, ":\n");
       dump_block(p, k, &l->body, depth + 1, sb);

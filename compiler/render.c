@@ -19,15 +19,28 @@ static const char c_prelude[] =
     "#endif\n"
     "#if defined(__GNUC__)\n"
     "#define LM_EXPORT __attribute__((visibility(\"default\")))\n"
-    "#define LM_HELPER static inline __attribute__((unused))\n"
+    "#define LM_HELPER static inline __attribute__((unused, always_inline))\n"
     "#else\n"
     "#define LM_EXPORT\n"
     "#define LM_HELPER static inline\n"
     "#endif\n"
+    "/* a loop over SIMD lanes: vectorised whole, never unrolled first (a fully unrolled lane loop\n"
+    " * leaves the vectoriser nothing to work on) */\n"
+    "#if defined(__clang__)\n"
+    "#define LM_LANES _Pragma(\"clang loop unroll(disable) vectorize(enable)\")\n"
+    "#elif defined(__GNUC__)\n"
+    "#define LM_LANES _Pragma(\"GCC ivdep\")\n"
+    "#else\n"
+    "#define LM_LANES\n"
+    "#endif\n"
     "/* exp2 and log2 through expf and logf: C compilers vectorise those with libmvec and not\n"
     " * exp2f/log2f; the result differs from exp2f/log2f by a few ulp (|x ln2| * 2^-24 for exp2). */\n"
     "LM_HELPER float lm_exp2(float x) { return expf(x * 0.693147180559945309f); }\n"
-    "LM_HELPER float lm_log2(float x) { return logf(x) * 1.44269504088896341f; }\n";
+    "LM_HELPER float lm_log2(float x) { return logf(x) * 1.44269504088896341f; }\n"
+    "/* fmodf(a, b) for |b| a power of two >= 1, exactly: a / b is exact, trunc(a / b) * b is a\n"
+    " * float no larger than |a|, their difference is fmod's result (representable, so exact) and\n"
+    " * keeps a's sign as fmod does (-0 included); inf and NaN give NaN. Unlike fmodf it vectorises. */\n"
+    "LM_HELPER float lm_fmod_p2(float a, float b) { return copysignf(a - truncf(a / b) * b, a); }\n";
 
 static const char cuda_prelude[] = "/* lumen kernels: CUDA dialect (NVRTC; compile with --fmad=false) */\n";
 
@@ -207,7 +220,8 @@ static void emit_helpers(lm_sb *sb, const lm_dialect_info *d) {
 
 /* The C dialect draws RAND through the counter group and the word separately, so the four
  * draws of one group (an env's reset of four state values, say) compute one Philox block the
- * C compiler can share; the float conversion is IEEE single arithmetic with contraction off,
+ * C compiler can share; helpers are always inlined and the word is picked by selects (no
+ * switch), so a loop drawing one per iteration vectorises; the float conversion is IEEE single arithmetic with contraction off,
  * which is curand_uniform's float(word) * 2^-32 + 2^-33 exactly (as lm_round24's form). */
 static const char c_philox[] =
     "LM_HELPER float lm_philox_u(uint64_t seed, uint32_t stream, uint64_t group, uint32_t lane, uint64_t run) {\n"
@@ -225,7 +239,7 @@ static const char c_philox[] =
     "    x = nx;\n"
     "    z = nz;\n"
     "  }\n"
-    "  const uint32_t word = lane == 0 ? x : lane == 1 ? y : lane == 2 ? z : w;\n"
+    "  const uint32_t lo = (lane & 1) ? y : x, hi = (lane & 1) ? w : z, word = (lane & 2) ? hi : lo;\n"
     "  return (float)word * 2.3283064365386963e-10f + 1.16415321826934814e-10f;\n"
     "}\n";
 
@@ -238,27 +252,6 @@ static void emit_prelude(lm_sb *sb, const lm_dialect_info *d) {
 
 /* ---------------------------------------------------------------- kernel analysis */
 
-enum { OPND_A = 1, OPND_B = 2 };
-
-/* Which operand statements op reads (for ACC_SUM/ACC_MAX, a is the accumulator it updates). */
-static int operands(uint8_t op) {
-  switch (op) {
-  case LM_S_LOG2:
-  case LM_S_EXP2:
-  case LM_S_SIN:
-  case LM_S_SQRT:
-  case LM_S_RECIP:
-  case LM_S_SELECT:
-  case LM_S_STORE: return OPND_A;
-  case LM_S_ADD:
-  case LM_S_MUL:
-  case LM_S_MOD:
-  case LM_S_LT:
-  case LM_S_ACC_SUM:
-  case LM_S_ACC_MAX: return OPND_A | OPND_B;
-  default: return 0;
-  }
-}
 
 _Static_assert(LM_S_SQRT - LM_S_LOG2 == LM_MATH_SQRT - LM_MATH_LOG2 && LM_S_EXP2 - LM_S_LOG2 == LM_MATH_EXP2 &&
                    LM_S_SIN - LM_S_LOG2 == LM_MATH_SIN,
@@ -346,11 +339,11 @@ static void check_stmts(rk *r) {
   const lm_kernel *k = r->k;
   for (size_t i = 0; i < k->nstmts && !r->bad; i++) {
     const lm_stmt *s = &k->stmts[i];
-    int ops = operands(s->op);
+    int ops = lm_sop_operands(s->op);
     if (s->op >= LM_S_COUNT) fail(r, "statement %zu: bad op %u", i, s->op);
-    else if ((ops & OPND_A) && (s->a >= k->nstmts || !has_value(k->stmts[s->a].op)))
+    else if ((ops & LM_OPND_A) && (s->a >= k->nstmts || !has_value(k->stmts[s->a].op)))
       fail(r, "statement %zu: operand a = %u is not a value", i, s->a);
-    else if ((ops & OPND_B) && (s->b >= k->nstmts || !has_value(k->stmts[s->b].op)))
+    else if ((ops & LM_OPND_B) && (s->b >= k->nstmts || !has_value(k->stmts[s->b].op)))
       fail(r, "statement %zu: operand b = %u is not a value", i, s->b);
     else if (is_update(s->op) && k->stmts[s->a].op != LM_S_ACC)
       fail(r, "statement %zu: updates %u, which is not an accumulator", i, s->a);
@@ -375,9 +368,9 @@ static void liveness(rk *r) {
       const lm_stmt *s = &k->stmts[i];
       if (!r->live[i] && is_update(s->op) && r->live[s->a]) r->live[i] = changed = 1;
       if (!r->live[i]) continue;
-      int ops = operands(s->op);
-      if ((ops & OPND_A) && !is_update(s->op) && !r->live[s->a]) r->live[s->a] = changed = 1;
-      if ((ops & OPND_B) && !r->live[s->b]) r->live[s->b] = changed = 1;
+      int ops = lm_sop_operands(s->op);
+      if ((ops & LM_OPND_A) && !is_update(s->op) && !r->live[s->a]) r->live[s->a] = changed = 1;
+      if ((ops & LM_OPND_B) && !r->live[s->b]) r->live[s->b] = changed = 1;
     }
   }
   for (size_t i = 0; i < k->nstmts; i++) {
@@ -387,9 +380,9 @@ static void liveness(rk *r) {
       fail(r, "statement %zu is used but sits in no block", i);
       return;
     }
-    int ops = operands(s->op);
-    if ((ops & OPND_A) && !is_update(s->op)) r->uses[s->a]++, r->user[s->a] = (uint32_t)i;
-    if (ops & OPND_B) r->uses[s->b]++, r->user[s->b] = (uint32_t)i;
+    int ops = lm_sop_operands(s->op);
+    if ((ops & LM_OPND_A) && !is_update(s->op)) r->uses[s->a]++, r->user[s->a] = (uint32_t)i;
+    if (ops & LM_OPND_B) r->uses[s->b]++, r->user[s->b] = (uint32_t)i;
   }
 }
 
@@ -558,6 +551,15 @@ static void close_paren(lm_sb *sb, int prec, int need) {
   if (prec < need) lm_sb_puts(sb, ")");
 }
 
+/* C dialect: the divisor is a constant whose magnitude is a power of two >= 1 (lm_fmod_p2). */
+static int pow2_divisor(const rk *r, uint32_t b) {
+  const lm_stmt *s = &r->k->stmts[b];
+  if (r->dia != LM_DIALECT_C || s->op != LM_S_CONST) return 0;
+  float f = fabsf(s->f);
+  int e;
+  return isfinite(f) && f >= 1.0f && frexpf(f, &e) == 0.5f;
+}
+
 static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
   const lm_stmt *s = &r->k->stmts[id];
   const lm_dialect_info *d = r->d;
@@ -637,7 +639,14 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
     return;
   }
   case LM_S_MOD:
-    lm_sb_printf(sb, "%s(", d->math[LM_MATH_FMOD]);
+    lm_sb_printf(sb, "%s(", pow2_divisor(r, s->b) ? "lm_fmod_p2" : d->math[LM_MATH_FMOD]);
+    print_value(r, sb, s->a, 0);
+    lm_sb_puts(sb, ", ");
+    print_value(r, sb, s->b, 0);
+    lm_sb_puts(sb, ")");
+    return;
+  case LM_S_MAX:
+    lm_sb_printf(sb, "%s(", d->math[LM_MATH_FMAX]);
     print_value(r, sb, s->a, 0);
     lm_sb_puts(sb, ", ");
     print_value(r, sb, s->b, 0);
@@ -723,6 +732,10 @@ static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
       lm_x_eval(r->x, k->loops[l].extent, NULL, NULL) > 16) {
     indent(sb, ind);
     lm_sb_puts(sb, "#pragma unroll 4\n");
+  }
+  if (k->loops[l].kind == LM_L_LANES && r->dia == LM_DIALECT_C) {
+    indent(sb, ind);
+    lm_sb_puts(sb, "LM_LANES\n");
   }
   indent(sb, ind);
   if (l == 0 && k->npar > 0) lm_sb_printf(sb, "for (%s i0 = start; i0 < end; i0++) {\n", r->d->i64);

@@ -48,7 +48,7 @@ static int body_ok(const lm_kernel *k, lm_exprs *x, const lm_block *b, int32_t p
     /* operands defined in p's block (not inside a loop of it) may only be accumulators */
     uint32_t ops[2] = {s->a, s->b};
     int nops = s->op == LM_S_SELECT || (s->op >= LM_S_LOG2 && s->op <= LM_S_RECIP) ? 1
-               : (s->op >= LM_S_ADD && s->op <= LM_S_LT) || s->op == LM_S_ACC_SUM ? 2 : 0;
+               : (s->op >= LM_S_ADD && s->op <= LM_S_MAX) || s->op == LM_S_ACC_SUM ? 2 : 0;
     for (int j = 0; j < nops; j++) {
       const lm_stmt *o = &k->stmts[ops[j]];
       if (o->loop == p && !(s->op == LM_S_ACC_SUM && j == 0 && o->op == LM_S_ACC)) return 0;
@@ -120,7 +120,7 @@ static void copy_stmt(ic *c, uint32_t old, int32_t target, lm_expr pv) {
     return;
   }
   int unary = s.op == LM_S_SELECT || s.op == LM_S_STORE || (s.op >= LM_S_LOG2 && s.op <= LM_S_RECIP);
-  int binary = (s.op >= LM_S_ADD && s.op <= LM_S_LT) || s.op == LM_S_ACC_SUM || s.op == LM_S_ACC_MAX;
+  int binary = (s.op >= LM_S_ADD && s.op <= LM_S_MAX) || s.op == LM_S_ACC_SUM || s.op == LM_S_ACC_MAX;
   if (unary || binary) s.a = value(c, s.a, pv, target);
   if (binary) s.b = value(c, s.b, pv, target);
   s.idx = remap(c, s.idx);
@@ -228,24 +228,15 @@ static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n) {
   return c.ok && !x->failed;
 }
 
-static void kernel_release(lm_kernel *k) {
-  for (size_t i = 0; i < k->nloops; i++) lm_free(k->loops[i].body.items);
-  lm_free(k->loops);
-  lm_free(k->stmts);
-  lm_free(k->root.items);
-  lm_free(k->bufs);
-  lm_free(k->locals);
-}
-
 int lm_schedule_interchange(lm_plan *plan) {
   int changed = 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel n;
     if (interchange(plan, &plan->kernels[i], &n)) {
-      kernel_release(&plan->kernels[i]);
+      lm_kernel_free(&plan->kernels[i]);
       plan->kernels[i] = n;
       changed++;
-    } else if (n.loops || n.stmts) kernel_release(&n);
+    } else if (n.loops || n.stmts) lm_kernel_free(&n);
   }
   return changed;
 }
@@ -428,7 +419,7 @@ int lm_schedule_merge(lm_plan *plan) {
       lm_free(m.smap);
       /* a merge fails only when memory runs out, leaving `a` half-merged: report it */
       if (!ok) return -1;
-      kernel_release(b);
+      lm_kernel_free(b);
       merged++;
       continue;
     }

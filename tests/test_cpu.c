@@ -292,3 +292,45 @@ Test(cpu, without_a_c_compiler_cpu_fails_naming_it_and_auto_falls_back_to_ref) {
   lm_graph_free(g);
   unsetenv("LUMEN_CC");
 }
+
+/* The C dialect renders MOD by a constant whose magnitude is a power of two >= 1 as
+ * lm_fmod_p2 (vectorisable) instead of fmodf: it must give fmodf's bits, signed zeros, NaN
+ * for infinities and all, for small, huge, negative, integral and non-finite dividends. */
+Test(cpu, mod_by_a_power_of_two_constant_gives_fmodf_bits) {
+  static const float divisors[] = {1.0f, 2.0f, 4.0f, -1.0f, -8.0f, 1024.0f, 3.0f};
+  float x[64];
+  size_t n = 0;
+  static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, -2.0f, 3.75f, -3.75f, 7.0f,
+                                  -7.0f, 1e-30f, -1e-30f, 1e-45f, 16777217.0f, -16777216.0f, 3.4e38f, -3.4e38f,
+                                  INFINITY, -INFINITY, NAN, 0.99999994f, -0.99999994f, 1024.5f, -2047.75f};
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[n++] = special[i];
+  check_rng r = check_rng_new(31);
+  while (n < 64) {
+    float v;
+    check_fill(&r, &v, 1, -5000, 5000, 0);
+    x[n++] = v;
+  }
+  for (size_t d = 0; d < sizeof divisors / sizeof divisors[0]; d++) {
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor in = lm_input(g, "x", LM_ROLE_DATA, 1, (lm_dim[]){64});
+    lm_tensor out = lm_mod(in, lm_const(g, divisors[d]));
+    cr_assert_eq(lm_output(out, "y"), LM_OK, "%s", lm_last_error());
+    lm_backend_t *b = lm_backend_new("cpu");
+    cr_assert(b, "%s", lm_last_error());
+    lm_program_t *p = lm_program_new(b, g);
+    cr_assert(p, "%s", lm_last_error());
+    cr_assert_eq(lm_program_write(p, "x", x, 64), LM_OK);
+    cr_assert_eq(lm_program_run(p), LM_OK, "%s", lm_last_error());
+    float y[64];
+    cr_assert_eq(lm_program_read(p, "y", y, 64), LM_OK);
+    for (size_t i = 0; i < 64; i++) {
+      float want = fmodf(x[i], divisors[d]);
+      int same = isnan(want) ? isnan(y[i]) : (y[i] == want && signbit(y[i]) == signbit(want));
+      cr_assert(same, "fmod(%.9g, %g): cpu %.9g, fmodf %.9g", (double)x[i], (double)divisors[d], (double)y[i],
+                (double)want);
+    }
+    lm_program_free(p);
+    lm_backend_free(b);
+    lm_graph_free(g);
+  }
+}

@@ -408,7 +408,7 @@ static void check_egraph(lm_sk *s, uint32_t root, lm_plan *p, size_t k0, size_t 
         lm_free(tt);
       }
     }
-    for (size_t i = 0; i < n; i++) sk_kernel_free(&out[i]);
+    for (size_t i = 0; i < n; i++) lm_kernel_free(&out[i]);
     sk_term_free(&term);
   }
   free(seen);
@@ -718,8 +718,8 @@ Test(terms, text_form_round_trips_to_the_same_kernel) {
     lm_free(a1);
     lm_free(a2);
     lm_free(text);
-    sk_kernel_free(&k1);
-    sk_kernel_free(&k2);
+    lm_kernel_free(&k1);
+    lm_kernel_free(&k2);
     sk_term_free(&t2);
     sk_term_free(&t);
     sk_free(&s2);

@@ -458,3 +458,156 @@ Test(scan, env_local_tanh_matvec_step_is_one_kernel_for_the_whole_scan_on_cpu) {
   int k = scan_kernels(tanh_graph(), 16, 70);
   cr_assert_eq(k, 1, "the scan of a per-env matvec step took %d kernels per run", k);
 }
+
+/* ================================================================ SIMD lanes (cpu) */
+
+/* compiler/lanes.c blocks 8 envs per iteration of a fused scan with a loop over the lanes
+ * innermost. A step that uses every kind of statement it rewrites: a matvec (a sum
+ * accumulator and weights shared by the lanes), a max over each env's row (a max accumulator),
+ * RAND, MOD by a power of two and by another constant (per-step inputs only, so the values
+ * are identical on every backend), sin, per-step inputs and outputs and a carried state:
+ *   a = W h + x_t;  m = max_i a_i;  f = mod(3 x_t + u, 1);  q = mod(5 x_t, 2.7)
+ *   h' = 0.5 sin(a - m) + 0.25 f + 0.1 q;  y_t = h';  z_t = m */
+enum { LH = 6 };
+
+static lm_graph_t *lanes_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, LH});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, LH});
+  lm_tensor w = lm_input(g, "W", LM_ROLE_PARAM, 2, (lm_dim[]){LH, LH});
+  lm_tensor a = lm_add(lm_matmul(h, lm_transpose(w, 0, 1)), x);
+  lm_tensor m = lm_max_reduce(a, 1);
+  lm_tensor u = lm_rand(g, 2, (lm_dim[]){N, LH});
+  lm_tensor f = lm_mod(lm_add(lm_mul_scalar(x, 3.0f), u), lm_const(g, 1.0f));
+  lm_tensor q = lm_mod(lm_mul_scalar(x, 5.0f), lm_const(g, 2.7f));
+  lm_tensor h2 = lm_add(lm_add(lm_mul_scalar(lm_sin(lm_sub(a, lm_expand(m, 1, LH))), 0.5f), lm_mul_scalar(f, 0.25f)),
+                        lm_mul_scalar(q, 0.1f));
+  OK(lm_output(h2, "y"));
+  OK(lm_output(m, "z"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+typedef struct lanes_run {
+  float *y, *z, *h;
+  int kernels;
+} lanes_run;
+
+/* One scan of T steps over N envs; lanes/threads set LUMEN_SCAN_LANES/LUMEN_THREADS (NULL:
+ * the defaults) while the backend and program are created. */
+static lanes_run lanes_on(const char *backend, const char *lanes, const char *threads, int64_t T, int64_t N) {
+  lm_graph_t *g = lanes_graph();
+  if (lanes) setenv("LUMEN_SCAN_LANES", lanes, 1);
+  if (threads) setenv("LUMEN_THREADS", threads, 1);
+  lm_backend_t *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+  unsetenv("LUMEN_SCAN_LANES");
+  unsetenv("LUMEN_THREADS");
+  cr_assert(p, "%s: %s", backend, lm_last_error());
+  size_t n = (size_t)N * LH, tn = (size_t)T * n;
+  OK(lm_program_bind(p, "T", T));
+  OK(lm_program_bind(p, "N", N));
+  check_rng r = check_rng_new(2024 + (uint64_t)N);
+  float *h = rand_floats(&r, n, -1, 1), *x = rand_floats(&r, tn, -2, 2), *w = rand_floats(&r, LH * LH, -0.7, 0.7);
+  put(p, "h", h, n);
+  put(p, "x", x, tn);
+  put(p, "W", w, LH * LH);
+  lm_program_set_seed(p, 77);
+  OK(lm_program_run(p));
+  lanes_run out = {get(p, "y", tn), get(p, "z", (size_t)T * (size_t)N), get(p, "h", n), -1};
+  lm_program_stats s;
+  if (lm_program_get_stats(p, &s) == LM_OK) out.kernels = s.kernels;
+  free(h);
+  free(x);
+  free(w);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return out;
+}
+
+static void lanes_free(lanes_run *r) {
+  free(r->y);
+  free(r->z);
+  free(r->h);
+}
+
+static void check_close_f(const char *what, const float *got, const float *want, size_t n, double rtol,
+                          double atol) {
+  double *wd = malloc((n ? n : 1) * sizeof *wd);
+  cr_assert(wd);
+  for (size_t i = 0; i < n; i++) wd[i] = want[i];
+  check_close(what, got, wd, n, rtol, atol);
+  free(wd);
+}
+
+static void lanes_close(const char *what, const lanes_run *got, const lanes_run *want, int64_t T, int64_t N) {
+  char w[96];
+  size_t n = (size_t)N * LH;
+  snprintf(w, sizeof w, "%s (N=%lld): y", what, (long long)N);
+  check_close_f(w, got->y, want->y, (size_t)T * n, 2e-5, 2e-6);
+  snprintf(w, sizeof w, "%s (N=%lld): z", what, (long long)N);
+  check_close_f(w, got->z, want->z, (size_t)T * (size_t)N, 2e-5, 2e-6);
+  snprintf(w, sizeof w, "%s (N=%lld): state h", what, (long long)N);
+  check_close_f(w, got->h, want->h, n, 2e-5, 2e-6);
+}
+
+/* Envs that fill no whole block, exactly one, one more, and many with a partial last block:
+ * the extra lanes of a partial block must neither read nor write past the last env. */
+Test(scan, lanes_match_ref_and_one_env_at_a_time_for_partial_and_whole_blocks_on_cpu) {
+  const int64_t T = 5, sizes[] = {1, 7, 8, 9, 67};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    int64_t N = sizes[i];
+    lanes_run ref = lanes_on("ref", NULL, NULL, T, N), lanes = lanes_on("cpu", NULL, NULL, T, N),
+              one = lanes_on("cpu", "1", NULL, T, N);
+    cr_assert_eq(lanes.kernels, 1, "N=%lld: the lane-blocked scan took %d kernels", (long long)N, lanes.kernels);
+    lanes_close("cpu (8 lanes) vs ref", &lanes, &ref, T, N);
+    lanes_close("cpu (1 lane) vs ref", &one, &ref, T, N);
+    lanes_close("cpu 8 lanes vs 1 lane", &lanes, &one, T, N);
+    lanes_free(&ref);
+    lanes_free(&lanes);
+    lanes_free(&one);
+  }
+}
+
+/* Lanes are fixed per block of the parallel loop, so the thread count cannot change which
+ * envs share a vector: 1, 2 and 3 threads agree bit for bit. */
+Test(scan, lanes_give_the_same_bits_on_1_2_and_3_threads) {
+  const int64_t T = 4, N = 1000;
+  lanes_run r1 = lanes_on("cpu", NULL, "1", T, N), r2 = lanes_on("cpu", NULL, "2", T, N),
+            r3 = lanes_on("cpu", NULL, "3", T, N);
+  size_t n = (size_t)N * LH;
+  expect_bits("2 threads vs 1: y", r2.y, r1.y, (size_t)T * n);
+  expect_bits("3 threads vs 1: y", r3.y, r1.y, (size_t)T * n);
+  expect_bits("2 threads vs 1: h", r2.h, r1.h, n);
+  expect_bits("3 threads vs 1: z", r3.z, r1.z, (size_t)T * (size_t)N);
+  lanes_free(&r1);
+  lanes_free(&r2);
+  lanes_free(&r3);
+}
+
+/* The generated kernel really is in lane form: LUMEN_DUMP's loop IR shows lane loops, and
+ * LUMEN_SCAN_LANES=1 turns them off. */
+static int dumped_lane_loops(const char *lanes) {
+  char dir[] = "/tmp/lumen-lanes-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  setenv("LUMEN_DUMP", dir, 1);
+  lanes_run r = lanes_on("cpu", lanes, NULL, 2, 16);
+  unsetenv("LUMEN_DUMP");
+  lanes_free(&r);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c 'lanes i' ; rm -rf %s", dir, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f);
+  int count = -1;
+  cr_assert_eq(fscanf(f, "%d", &count), 1);
+  pclose(f);
+  return count;
+}
+
+Test(scan, the_cpu_scan_kernel_has_lane_loops_unless_turned_off) {
+  int on = dumped_lane_loops(NULL), off = dumped_lane_loops("1");
+  cr_assert(on >= 3, "%d lane loops in the dumped scan kernel", on);
+  cr_assert_eq(off, 0, "LUMEN_SCAN_LANES=1 still left %d lane loops", off);
+}

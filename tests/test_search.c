@@ -197,7 +197,7 @@ static size_t check_all_candidates(lowered *l, const char *what) {
           differing += strcmp(text, orig) != 0;
         }
         lm_free(text);
-        sk_kernel_free(&k);
+        lm_kernel_free(&k);
       }
       sk_term_free(&t);
     }

@@ -100,6 +100,15 @@ static void cpu_unprepare(void *ctx, void *p) {
   lm_free(x);
 }
 
+/* Envs per SIMD block of a fused scan: 8 (a 256-bit vector of floats); LUMEN_SCAN_LANES
+ * overrides it (1 = one env at a time, for comparisons). */
+static int scan_lanes(void) {
+  const char *e = getenv("LUMEN_SCAN_LANES");
+  if (!e || !*e) return 8;
+  long v = strtol(e, NULL, 10);
+  return v < 1 ? 1 : v > 64 ? 64 : (int)v;
+}
+
 static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   cpu_ctx *c = ctx;
   cpu_exe *x = lm_calloc(1, sizeof *x);
@@ -119,6 +128,7 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
+  if (x->fused) lm_scan_lanes(x->plan, scan_lanes());
   st = LM_ERR_NOMEM;
   if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
   lm_dump_source("cpu", "c", src, x->plan);

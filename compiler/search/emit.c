@@ -72,16 +72,6 @@ static void ofail(ob *o, const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- kernels */
 
-void sk_kernel_free(lm_kernel *k) {
-  if (!k) return;
-  for (size_t i = 0; i < k->nloops; i++) lm_free(k->loops[i].body.items);
-  lm_free(k->loops);
-  lm_free(k->stmts);
-  lm_free(k->root.items);
-  lm_free(k->bufs);
-  lm_free(k->locals);
-  memset(k, 0, sizeof *k);
-}
 
 static int block_copy(const lm_block *s, lm_block *d) {
   memset(d, 0, sizeof *d);
@@ -123,7 +113,7 @@ lm_status sk_kernel_copy(const lm_kernel *src, lm_kernel *dst) {
       memcpy(dst->locals, src->locals, src->nlocals * sizeof *dst->locals), dst->nlocals = dst->localcap = src->nlocals;
   }
   if (!ok) {
-    sk_kernel_free(dst);
+    lm_kernel_free(dst);
     return LM_ERR_NOMEM;
   }
   return LM_OK;
@@ -819,7 +809,7 @@ lm_status sk_emit_kernel(lm_sk *s, const sk_term *t, uint32_t node, const lm_ker
   lm_free(o.accs);
   lm_free(o.ext);
   if (st != LM_OK) {
-    sk_kernel_free(out);
+    lm_kernel_free(out);
     if (st == LM_ERR_NOMEM) snprintf(s->why, sizeof s->why, "out of memory");
     return lm_fail(st, "search: cannot emit the kernel: %s", s->why);
   }

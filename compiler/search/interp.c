@@ -61,6 +61,7 @@ static void exec(ip *s, uint32_t id) {
   case LM_S_MUL: v[id] = a * b; return;
   case LM_S_MOD: v[id] = fmodf(a, b); return;
   case LM_S_LT: v[id] = a < b ? 1.0f : 0.0f; return;
+  case LM_S_MAX: v[id] = fmaxf(a, b); return;
   case LM_S_SELECT: v[id] = (!st->valid || ev(s, st->valid)) ? a : 0.0f; return;
   case LM_S_ACC_SUM: v[st->a] = a + b; return;
   case LM_S_ACC_MAX: v[st->a] = fmaxf(a, b); return;

@@ -226,7 +226,7 @@ static int interchange_one(lm_plan *plan, lm_kernel *k) {
 /* ---------------------------------------------------------------- candidates of one kernel */
 
 static void cand_free(cand *d) {
-  sk_kernel_free(&d->k);
+  lm_kernel_free(&d->k);
   lm_free(d->term);
   memset(d, 0, sizeof *d);
 }
@@ -264,12 +264,12 @@ static void add_term(sctx *c, lm_sk *s, job *j, const sk_term *t) {
   d.hash = source_hash(c, &d.k);
   if (!d.hash) {
     logf_(c, "  (an emitted kernel did not render: %s)\n", lm_last_error());
-    sk_kernel_free(&d.k);
+    lm_kernel_free(&d.k);
     return;
   }
   for (size_t i = 0; i < j->nc; i++)
     if (j->c[i].hash == d.hash) {
-      sk_kernel_free(&d.k);
+      lm_kernel_free(&d.k);
       return;
     }
   d.term = sk_term_print(s, t);
@@ -515,7 +515,7 @@ static void replace_kernel(sctx *c, uint32_t ki, lm_kernel *k) {
   lm_kernel *old = &c->plan->kernels[ki];
   memcpy(k->name, old->name, sizeof k->name);
   k->anchor = old->anchor;
-  sk_kernel_free(old);
+  lm_kernel_free(old);
   *old = *k;
   memset(k, 0, sizeof *k);
 }
@@ -765,7 +765,7 @@ static lm_status emit_plan(sctx *c, lm_sk *s, const sk_term *t, lm_kernel **out,
     if (st == LM_OK) m++;
   }
   if (st != LM_OK) {
-    for (size_t i = 0; i < m; i++) sk_kernel_free(&ks[i]);
+    for (size_t i = 0; i < m; i++) lm_kernel_free(&ks[i]);
     lm_free(ks);
     return st;
   }
@@ -856,8 +856,8 @@ static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, doub
   *t_new = time_seq(c, nks, fn, nn, budget);
   ok = *t_new < 0.98 * *t_old;
 done:
-  for (size_t i = 0; oks && i < no; i++) sk_kernel_free(&oks[i]);
-  for (size_t i = 0; nks && i < nn; i++) sk_kernel_free(&nks[i]);
+  for (size_t i = 0; oks && i < no; i++) lm_kernel_free(&oks[i]);
+  for (size_t i = 0; nks && i < nn; i++) lm_kernel_free(&nks[i]);
   lm_free(oks);
   lm_free(nks);
   lm_sb_free(&tu);
@@ -873,7 +873,7 @@ done:
 
 static void set_kernels(sctx *c, lm_kernel *ks, size_t n) {
   lm_plan *plan = c->plan;
-  for (size_t i = 0; i < plan->nkernels; i++) sk_kernel_free(&plan->kernels[i]);
+  for (size_t i = 0; i < plan->nkernels; i++) lm_kernel_free(&plan->kernels[i]);
   lm_free(plan->kernels);
   plan->kernels = ks;
   plan->nkernels = plan->kernelcap = n;
@@ -964,7 +964,7 @@ static void plan_stage(sctx *c) {
   } else put_decision(c, key, 'D', 0, 0, 0, 0, 0, NULL);
 done:
   if (nks) {
-    for (size_t i = 0; i < nn; i++) sk_kernel_free(&nks[i]);
+    for (size_t i = 0; i < nn; i++) lm_kernel_free(&nks[i]);
     lm_free(nks);
   }
   sk_term_free(&t);

@@ -305,7 +305,8 @@ static int stmt_reads(const lm_stmt *s, uint32_t id) {
   case LM_S_ADD:
   case LM_S_MUL:
   case LM_S_MOD:
-  case LM_S_LT: return s->a == id || s->b == id;
+  case LM_S_LT:
+  case LM_S_MAX: return s->a == id || s->b == id;
   case LM_S_ACC_SUM:
   case LM_S_ACC_MAX: return s->b == id;
   default: return 0;

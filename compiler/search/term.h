@@ -148,7 +148,6 @@ lm_status sk_term_parse(lm_sk *s, const char *text, sk_term *out);
 /* Emits the kernel of a KERNEL (or effect) term node into `out` (zeroed first; name and anchor
  * from `like`). LM_ERR_INVALID with s->why when the term cannot be scheduled as chosen. */
 lm_status sk_emit_kernel(lm_sk *s, const sk_term *t, uint32_t node, const lm_kernel *like, lm_kernel *out);
-void sk_kernel_free(lm_kernel *k);
 /* A deep copy of a kernel. */
 lm_status sk_kernel_copy(const lm_kernel *src, lm_kernel *dst);
 

@@ -1,0 +1,268 @@
+/* compiler/lanes.c — SIMD lanes for a fused scan (the cpu schedule). A fused scan steps one
+ * env at a time:
+ *   par env: carry in; for t: step(env); carry out
+ * which leaves a C compiler nothing to vectorise but a single env's scalar code. This pass
+ * blocks L envs into one iteration of the parallel loop and puts a loop over the L lanes
+ * innermost around every straight-line run of the step:
+ *   par blk: for j: for lane: l[j*L + lane] = b[...(blk*L + lane)...]
+ *            for t: w = W[..];  for lane: ...step(blk*L + lane)...;  for k: for lane: ...
+ * Each lane loop is a plain counted loop over contiguous lane arrays, so sin/exp/log go
+ * through the vector math library and the body runs L envs per instruction. What a lane
+ * loop needs from another one travels through a small per-lane array; statements that do
+ * not depend on the env (weights, constants) sit outside the lane loops and are shared by
+ * all lanes; accumulators become per-lane arrays updated in place. Each env computes the
+ * same operations in the same order as before. */
+#include <string.h>
+
+#include "loopir.h"
+
+typedef struct ln {
+  const lm_kernel *k; /* the fused scan kernel */
+  lm_kernel *n;       /* its lane form */
+  const lm_plan *p;
+  lm_exprs *x;
+  int L;
+  lm_expr E;          /* envs: the extent of the old parallel loop */
+  int exact;          /* E is a multiple of L: no lane runs past the last env */
+  uint8_t *varying;   /* per old statement: depends on the env */
+  uint8_t *written;   /* per plan buffer: stored by the kernel */
+  lm_expr *vmap;      /* old loop variable -> new expression (0 = the current lane's env) */
+  uint32_t *smap;     /* old statement -> new statement (in its segment for varying ones) */
+  int32_t *sseg;      /* old statement -> lane loop that computes it (-1: outside any) */
+  uint32_t *spill;    /* old statement -> per-lane array + 1 holding it for other lane loops */
+  uint32_t *cache;    /* old statement -> its load from the spill array in cseg */
+  int32_t *cseg;
+  int32_t seg;        /* the lane loop open in the current block, -1 none */
+  int ok;
+} ln;
+
+static int uses_env(const ln *c, lm_expr e) { return e && (lm_x_vars_used(c->x, e) & 1); }
+
+static void classify(ln *c) {
+  const lm_kernel *k = c->k;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (s->op == LM_S_STORE && !s->local) c->written[s->buf] = 1;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (size_t i = 0; i < k->nstmts; i++) {
+      const lm_stmt *s = &k->stmts[i];
+      if (c->varying[i]) continue;
+      int v = 0;
+      switch (s->op) {
+      case LM_S_CONST: break;
+      case LM_S_STORE:
+      case LM_S_ACC:
+      case LM_S_ACC_SUM:
+      case LM_S_ACC_MAX: v = 1; break;
+      case LM_S_LOAD: v = s->local || c->written[s->buf] || uses_env(c, s->idx) || uses_env(c, s->valid); break;
+      case LM_S_RAND: v = uses_env(c, s->idx) || uses_env(c, s->step); break;
+      default: {
+        int m = lm_sop_operands(s->op);
+        v = (s->op == LM_S_SELECT && uses_env(c, s->valid)) || ((m & 1) && c->varying[s->a]) ||
+            ((m & 2) && c->varying[s->b]);
+      }
+      }
+      if (v) c->varying[i] = 1, changed = 1;
+    }
+  }
+}
+
+static uint32_t add(ln *c, lm_stmt s, int32_t before_loop) {
+  uint32_t id = lm_kernel_add_stmt(c->n, &s, before_loop);
+  if (id == UINT32_MAX) c->ok = 0;
+  return id == UINT32_MAX ? 0 : id;
+}
+
+static lm_expr remap(ln *c, lm_expr e) {
+  return e ? lm_x_simplify(c->x, lm_x_subst(c->x, e, c->vmap, (int)c->k->nloops), NULL) : 0;
+}
+
+static uint32_t new_local(ln *c, int64_t n) {
+  if (!LM_GROW(c->n->locals, c->n->localcap, c->n->nlocals + 1)) {
+    c->ok = 0;
+    return 0;
+  }
+  c->n->locals[c->n->nlocals] = n;
+  return (uint32_t)c->n->nlocals++;
+}
+
+/* Opens a lane loop in the block of `parent` when none is open there. */
+static void open_seg(ln *c, int32_t parent) {
+  if (c->seg >= 0) return;
+  c->seg = lm_kernel_add_loop(c->n, parent, lm_x_const(c->x, c->L), LM_L_LANES);
+  if (c->seg < 0) {
+    c->ok = 0;
+    c->seg = -1;
+  }
+}
+
+/* The env of the current lane: blk*L + lane. */
+static lm_expr lane_env(ln *c) {
+  lm_exprs *x = c->x;
+  return lm_x_add(x, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, c->L)), lm_x_var(x, c->seg));
+}
+
+/* When E is not a multiple of L the last block's extra lanes compute on zeros and neither
+ * read nor write memory: every buffer access that names the env is guarded by env < E. */
+static lm_expr lane_guard(ln *c, lm_expr valid, lm_expr idx) {
+  if (c->exact || !uses_env(c, idx)) return valid;
+  lm_exprs *x = c->x;
+  lm_expr in = lm_x_lt(x, lm_x_var(x, 0), c->E); /* in the old variables: remapped with idx */
+  return valid ? lm_x_and(x, valid, in) : in;
+}
+
+/* The value of old statement o for a statement in the current lane loop. */
+static uint32_t value(ln *c, uint32_t o) {
+  const lm_stmt *d = &c->k->stmts[o];
+  lm_exprs *x = c->x;
+  lm_expr lane = lm_x_var(x, c->seg), one = lm_x_const(x, 1);
+  if (!c->varying[o]) return c->smap[o];
+  if (d->op == LM_S_ACC) { /* the accumulator's current value */
+    lm_stmt ld = {.op = LM_S_LOAD, .loop = c->seg, .buf = c->spill[o] - 1, .local = 1, .idx = lane, .valid = one};
+    return add(c, ld, -1);
+  }
+  if (c->sseg[o] == c->seg) return c->smap[o];
+  if (c->cseg[o] == c->seg) return c->cache[o];
+  if (!c->spill[o]) { /* store it where it is computed, for every later lane loop */
+    c->spill[o] = new_local(c, c->L) + 1;
+    lm_stmt st = {.op = LM_S_STORE, .loop = c->sseg[o], .buf = c->spill[o] - 1, .local = 1,
+                  .idx = lm_x_var(x, c->sseg[o]), .a = c->smap[o], .valid = one};
+    add(c, st, -1);
+  }
+  lm_stmt ld = {.op = LM_S_LOAD, .loop = c->seg, .buf = c->spill[o] - 1, .local = 1, .idx = lane, .valid = one};
+  c->cseg[o] = c->seg;
+  return c->cache[o] = add(c, ld, -1);
+}
+
+static void copy_stmt(ln *c, uint32_t old, int32_t parent) {
+  lm_stmt s = c->k->stmts[old];
+  lm_exprs *x = c->x;
+  if (!c->varying[old]) { /* shared by the lanes: before the open lane loop */
+    int m = lm_sop_operands(s.op);
+    s.loop = parent;
+    if (m & 1) s.a = c->smap[s.a];
+    if (m & 2) s.b = c->smap[s.b];
+    s.idx = remap(c, s.idx);
+    s.valid = remap(c, s.valid);
+    s.step = remap(c, s.step);
+    if (s.op == LM_S_LOAD && !lm_kernel_use_buf(c->n, s.buf)) c->ok = 0;
+    c->smap[old] = add(c, s, c->seg);
+    c->sseg[old] = -1;
+    return;
+  }
+  open_seg(c, parent);
+  if (!c->ok) return;
+  lm_expr lane = lm_x_var(x, c->seg), one = lm_x_const(x, 1);
+  c->vmap[0] = lane_env(c);
+  c->sseg[old] = c->seg;
+  if (s.op == LM_S_ACC) { /* a per-lane accumulator array */
+    c->spill[old] = new_local(c, c->L) + 1;
+    lm_stmt cst = {.op = LM_S_CONST, .loop = c->seg, .f = s.f};
+    lm_stmt st = {.op = LM_S_STORE, .loop = c->seg, .buf = c->spill[old] - 1, .local = 1, .idx = lane,
+                  .a = add(c, cst, -1), .valid = one};
+    c->smap[old] = add(c, st, -1);
+    return;
+  }
+  if (s.op == LM_S_ACC_SUM || s.op == LM_S_ACC_MAX) { /* acc[lane] = acc[lane] (+|max) v */
+    uint32_t v = value(c, s.b), cur = value(c, s.a);
+    lm_stmt op = {.op = s.op == LM_S_ACC_SUM ? LM_S_ADD : LM_S_MAX, .loop = c->seg, .a = cur, .b = v};
+    lm_stmt st = {.op = LM_S_STORE, .loop = c->seg, .buf = c->spill[s.a] - 1, .local = 1, .idx = lane,
+                  .a = add(c, op, -1), .valid = one};
+    c->smap[old] = add(c, st, -1);
+    return;
+  }
+  int m = lm_sop_operands(s.op);
+  if (m & 1) s.a = value(c, s.a);
+  if (m & 2) s.b = value(c, s.b);
+  s.loop = c->seg;
+  if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && !s.local) s.valid = lane_guard(c, s.valid, s.idx);
+  s.valid = remap(c, s.valid);
+  s.step = remap(c, s.step);
+  if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && s.local) /* a per-env array: lane-minor */
+    s.idx = lm_x_simplify(x, lm_x_add(x, lm_x_mul(x, remap(c, s.idx), lm_x_const(x, c->L)), lane), NULL);
+  else s.idx = remap(c, s.idx);
+  if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && !s.local && !lm_kernel_use_buf(c->n, s.buf)) c->ok = 0;
+  c->smap[old] = add(c, s, -1);
+}
+
+static void walk(ln *c, const lm_block *b, int32_t parent) {
+  for (size_t i = 0; i < b->n && c->ok; i++) {
+    lm_item it = b->items[i];
+    if (!it.is_loop) {
+      copy_stmt(c, it.id, parent);
+      continue;
+    }
+    const lm_loop *l = &c->k->loops[it.id];
+    c->seg = -1;
+    int32_t nl = lm_kernel_add_loop(c->n, parent, remap(c, l->extent), (lm_loopkind)l->kind);
+    if (nl < 0) {
+      c->ok = 0;
+      return;
+    }
+    c->vmap[it.id] = lm_x_var(c->x, nl);
+    walk(c, &l->body, nl);
+    c->seg = -1;
+  }
+}
+
+/* The fused scan kernel of `p` in lane form; 0 when it does not apply (left unchanged). */
+static int lanes_kernel(lm_plan *p, size_t ki, int L) {
+  const lm_kernel *k = &p->kernels[ki];
+  lm_exprs *x = &p->g->x;
+  if (k->npar != 1 || k->root.n != 1 || !k->root.items[0].is_loop || k->root.items[0].id != 0) return 0;
+  ln c = {.k = k, .p = p, .x = x, .L = L, .E = k->loops[0].extent, .seg = -1, .ok = 1};
+  size_t ns = k->nstmts + 1;
+  c.varying = lm_calloc(ns, 1);
+  c.written = lm_calloc(p->nbufs + 1, 1);
+  c.vmap = lm_calloc(k->nloops + 1, sizeof *c.vmap);
+  c.smap = lm_calloc(ns, sizeof *c.smap);
+  c.sseg = lm_calloc(ns, sizeof *c.sseg);
+  c.spill = lm_calloc(ns, sizeof *c.spill);
+  c.cache = lm_calloc(ns, sizeof *c.cache);
+  c.cseg = lm_calloc(ns, sizeof *c.cseg);
+  lm_kernel *n = lm_calloc(1, sizeof *n);
+  int done = 0;
+  if (!c.varying || !c.written || !c.vmap || !c.smap || !c.sseg || !c.spill || !c.cache || !c.cseg || !n) goto out;
+  c.n = n;
+  for (size_t i = 0; i < ns; i++) c.cseg[i] = c.sseg[i] = -2;
+  classify(&c);
+  memcpy(n->name, k->name, sizeof n->name);
+  n->anchor = k->anchor;
+  n->npar = 1;
+  for (size_t i = 0; i < k->nlocals; i++) new_local(&c, k->locals[i] * L);
+  lm_expr Lx = lm_x_const(x, L);
+  c.exact = lm_x_prove_eq(x, lm_x_mul(x, lm_x_div(x, c.E, Lx), Lx), c.E);
+  lm_expr blocks = lm_x_simplify(x, lm_x_div(x, lm_x_add(x, c.E, lm_x_const(x, L - 1)), Lx), NULL);
+  if (lm_kernel_add_loop(n, -1, blocks, LM_L_PARALLEL) != 0) goto out;
+  walk(&c, &k->loops[0].body, 0);
+  if (!c.ok || x->failed) goto out;
+  /* swap the kernel in */
+  lm_kernel old = p->kernels[ki];
+  p->kernels[ki] = *n;
+  *n = old; /* freed below */
+  done = 1;
+out:
+  if (n) {
+    lm_kernel_free(n);
+    lm_free(n);
+  }
+  lm_free(c.varying);
+  lm_free(c.written);
+  lm_free(c.vmap);
+  lm_free(c.smap);
+  lm_free(c.sseg);
+  lm_free(c.spill);
+  lm_free(c.cache);
+  lm_free(c.cseg);
+  return done;
+}
+
+int lm_scan_lanes(lm_plan *p, int lanes) {
+  if (lanes < 2) return 0;
+  int changed = 0;
+  for (size_t i = 0; i < p->nkernels; i++) changed += lanes_kernel(p, i, lanes);
+  if (changed) lm_plan_liveness(p);
+  return changed;
+}
