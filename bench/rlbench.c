@@ -1130,19 +1130,29 @@ static int run_ref_env(void *arg) {
  * auto-reset, random actions and resets from a per-env xorshift32). The text below is compiled
  * twice: into rlbench with the project's flags, and at run time by the kernel compiler
  * (compiler/cc.h) with its flags. Envs are processed in blocks of 256 (the block's state stays
- * in L1 over the T steps); within a block the i loop is branch-free so it can be vectorised. */
+ * in L1 over the T steps); within a block the i loop is branch-free so it can be vectorised.
+ * A second variant draws its actions and resets from Philox4x32-10 exactly as the graph env
+ * does (lumen's RAND, the counter-based generator cuRAND uses: the action from stream 1002,
+ * element env; the four reset values from stream 1000, elements 4 env .. 4 env + 3; run
+ * counter = call * T + t), branch-free too, so both draws are computed every step. */
 #define SOA_TEXT(...)                                   \
   static const char soa_cartpole_src[] = #__VA_ARGS__; \
   __VA_ARGS__
 
-static void soa_cartpole(int64_t n, int64_t T, float *restrict x, float *restrict xd, float *restrict th,
-                         float *restrict thd, int32_t *restrict tt, uint32_t *restrict rng, float *restrict eps,
-                         float *restrict rsum);
+static void soa_cartpole(int64_t env0, int64_t n, int64_t T, uint64_t seed, uint64_t run, float *restrict x,
+                         float *restrict xd, float *restrict th, float *restrict thd, int32_t *restrict tt,
+                         uint32_t *restrict rng, float *restrict eps, float *restrict rsum);
+/* built into rlbench only to keep the text honest C; timed as built by the kernel compiler */
+__attribute__((unused)) static void soa_cartpole_philox(int64_t env0, int64_t n, int64_t T, uint64_t seed, uint64_t run,
+                                float *restrict x, float *restrict xd, float *restrict th, float *restrict thd,
+                                int32_t *restrict tt, uint32_t *restrict rng, float *restrict eps,
+                                float *restrict rsum);
 
 SOA_TEXT(
-void soa_cartpole(int64_t n, int64_t T, float *restrict x, float *restrict xd, float *restrict th,
-                  float *restrict thd, int32_t *restrict tt, uint32_t *restrict rng, float *restrict eps,
-                  float *restrict rsum) {
+void soa_cartpole(int64_t env0, int64_t n, int64_t T, uint64_t seed, uint64_t run, float *restrict x,
+                  float *restrict xd, float *restrict th, float *restrict thd, int32_t *restrict tt,
+                  uint32_t *restrict rng, float *restrict eps, float *restrict rsum) {
+  (void)env0, (void)seed, (void)run;
   for (int64_t i0 = 0; i0 < n; i0 += 256) {
     int64_t i1 = i0 + 256 < n ? i0 + 256 : n;
     for (int64_t t = 0; t < T; t++) {
@@ -1176,13 +1186,69 @@ void soa_cartpole(int64_t n, int64_t T, float *restrict x, float *restrict xd, f
     }
   }
 }
+
+static inline __attribute__((always_inline)) void soa_philox(uint64_t seed, uint32_t stream, uint32_t group,
+                                                             uint64_t run, uint32_t out[4]) {
+  uint32_t a = group, b = stream, c = (uint32_t)run, d = (uint32_t)(run >> 32);
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * a, p1 = (uint64_t)0xCD9E8D57u * c;
+    uint32_t na = (uint32_t)(p1 >> 32) ^ b ^ k0, nc = (uint32_t)(p0 >> 32) ^ d ^ k1;
+    b = (uint32_t)p1, d = (uint32_t)p0, a = na, c = nc;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  out[0] = a, out[1] = b, out[2] = c, out[3] = d;
+}
+
+static inline __attribute__((always_inline)) float soa_uniform(uint32_t w) {
+  return (float)w * 2.3283064365386963e-10f + 1.16415321826934814e-10f;
+}
+
+void soa_cartpole_philox(int64_t env0, int64_t n, int64_t T, uint64_t seed, uint64_t run, float *restrict x,
+                         float *restrict xd, float *restrict th, float *restrict thd, int32_t *restrict tt,
+                         uint32_t *restrict rng, float *restrict eps, float *restrict rsum) {
+  (void)rng;
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    int64_t i1 = i0 + 256 < n ? i0 + 256 : n;
+    for (int64_t t = 0; t < T; t++) {
+      for (int64_t i = i0; i < i1; i++) {
+        uint64_t env = (uint64_t)(env0 + i);
+        uint32_t act[4], rs[4];
+        soa_philox(seed, 1002u, (uint32_t)(env >> 2), run + (uint64_t)t, act);
+        soa_philox(seed, 1000u, (uint32_t)env, run + (uint64_t)t, rs);
+        uint32_t lane = (uint32_t)(env & 3);
+        uint32_t lo = (lane & 1) ? act[1] : act[0], hi = (lane & 1) ? act[3] : act[2];
+        float force = soa_uniform((lane & 2) ? hi : lo) > 0.5f ? 10.0f : -10.0f;
+        float x0 = x[i], xd0 = xd[i], th0 = th[i], thd0 = thd[i];
+        float c = cosf(th0), s = sinf(th0);
+        float temp = (force + 0.05f * (thd0 * thd0) * s) / 1.1f;
+        float thacc = (9.8f * s - c * temp) / (0.5f * (4.0f / 3.0f - 0.1f * (c * c) / 1.1f));
+        float xacc = temp - 0.05f * thacc * c / 1.1f;
+        float nx = x0 + 0.02f * xd0, nxd = xd0 + 0.02f * xacc;
+        float nth = th0 + 0.02f * thd0, nthd = thd0 + 0.02f * thacc;
+        int32_t nt = tt[i] + 1;
+        int term = (nx < -2.4f) | (nx > 2.4f) | (nth < -0.20943951f) | (nth > 0.20943951f);
+        int done = term | (nt >= 500);
+        x[i] = done ? 0.1f * soa_uniform(rs[0]) - 0.05f : nx;
+        xd[i] = done ? 0.1f * soa_uniform(rs[1]) - 0.05f : nxd;
+        th[i] = done ? 0.1f * soa_uniform(rs[2]) - 0.05f : nth;
+        thd[i] = done ? 0.1f * soa_uniform(rs[3]) - 0.05f : nthd;
+        tt[i] = done ? 0 : nt;
+        eps[i] += done ? 1.0f : 0.0f;
+        rsum[i] += 1.0f;
+      }
+    }
+  }
+}
 )
 
-typedef void (*soa_fn)(int64_t, int64_t, float *restrict, float *restrict, float *restrict, float *restrict,
-                       int32_t *restrict, uint32_t *restrict, float *restrict, float *restrict);
+typedef void (*soa_fn)(int64_t, int64_t, int64_t, uint64_t, uint64_t, float *restrict, float *restrict,
+                       float *restrict, float *restrict, int32_t *restrict, uint32_t *restrict, float *restrict,
+                       float *restrict);
 
 typedef struct soa_state {
   int64_t n, T;
+  uint64_t run; /* Philox run counter of the next call's first step */
   float *x, *xd, *th, *thd, *eps, *rsum;
   int32_t *tt;
   uint32_t *rng;
@@ -1220,7 +1286,7 @@ static void *soa_thread(void *arg) {
   soa_job *j = arg;
   soa_state *s = j->s;
   int64_t lo = j->lo;
-  j->fn(j->hi - lo, s->T, s->x + lo, s->xd + lo, s->th + lo, s->thd + lo, s->tt + lo, s->rng + lo, s->eps + lo,
+  j->fn(lo, j->hi - lo, s->T, 0x2545f4914f6cdd1dull, s->run, s->x + lo, s->xd + lo, s->th + lo, s->thd + lo, s->tt + lo, s->rng + lo, s->eps + lo,
         s->rsum + lo);
   return NULL;
 }
@@ -1251,6 +1317,7 @@ static int run_soa(void *arg) {
   soa_thread(&jobs[0]);
   for (int k = 1; k < nt; k++)
     if (started & (1 << (k & 31))) pthread_join(tid[k], NULL);
+  q->s->run += (uint64_t)q->s->T;
   return 0;
 }
 
@@ -1309,6 +1376,8 @@ static int bench_envs(const opts *o) {
       "    1 thread, actions from xorshift64*.\n"
       "  hand SoA (CartPole only) = a struct-of-arrays C loop written in rlbench (float32 Euler physics as\n"
       "    Gymnasium, branch-free auto-reset, per-env xorshift32 for actions and resets, 256-env blocks),\n"
+      "    and the same loop with lumen's Philox4x32-10 draws (the graph env's streams and counters: two\n"
+      "    Philox blocks per env-step, as the compiled graph computes),\n"
       "    split over thr pthreads; once built with rlbench's own flags (%s, %s, %s) and\n"
       "    once at run time by the kernel compiler with the kernels' flags (compiler/cc.h).\n"
       "  Every variant keeps two per-env counters (episodes, summed reward) and writes nothing else per step;\n"
@@ -1326,12 +1395,12 @@ static int bench_envs(const opts *o) {
   for (int k = 0; k < ns; k++)
     if (!(backends[k] = open_cpu(settings[k]))) rc = 1;
   double steps = (double)n * (double)T;
-  char cp_summary[512] = "";
+  char cp_summary[1024] = "";
 
   /* the run-time-built SoA loop */
   lm_cc *cc = NULL;
   lm_cc_lib *lib = NULL;
-  soa_fn soa_rt = NULL;
+  soa_fn soa_rt = NULL, soa_rt_philox = NULL;
   char cc_desc[256] = "";
   if (lm_cc_open(&cc) == LM_OK) {
     snprintf(cc_desc, sizeof cc_desc, "%s", lm_cc_describe(cc));
@@ -1339,10 +1408,13 @@ static int bench_envs(const opts *o) {
     char *src = malloc(len);
     if (src) {
       snprintf(src, len, "#include <math.h>\n#include <stdint.h>\n%s\n", soa_cartpole_src);
-      if (lm_cc_build(cc, src, &lib) == LM_OK) soa_rt = (soa_fn)(uintptr_t)lm_cc_sym(lib, "soa_cartpole");
+      if (lm_cc_build(cc, src, &lib) == LM_OK) {
+        soa_rt = (soa_fn)(uintptr_t)lm_cc_sym(lib, "soa_cartpole");
+        soa_rt_philox = (soa_fn)(uintptr_t)lm_cc_sym(lib, "soa_cartpole_philox");
+      }
       free(src);
     }
-    if (!soa_rt) fprintf(stderr, "rlbench: envs: building the SoA loop at run time failed: %s\n", lm_last_error());
+    if (!soa_rt || !soa_rt_philox) fprintf(stderr, "rlbench: envs: building the SoA loop at run time failed: %s\n", lm_last_error());
   } else {
     fprintf(stderr, "rlbench: envs: no run-time C compiler (%s); the hand SoA loop is measured as built only\n",
             lm_last_error());
@@ -1373,10 +1445,14 @@ static int bench_envs(const opts *o) {
     env_record(e->name, "reference", 1, -1, &tref, n, T, &want);
 
     /* the hand-written loops (CartPole) */
-    double hand_sps[2][MAX_THREAD_SETTINGS] = {{0}};
+    double hand_sps[3][MAX_THREAD_SETTINGS] = {{0}};
+    static const char *const hand_names[3] = {"hand SoA, rlbench flags", "hand SoA, kernel cc",
+                                              "hand SoA Philox, kernel cc"};
+    static const char *const hand_keys[3] = {"hand_soa_rlbench_flags", "hand_soa_runtime_cc",
+                                             "hand_soa_philox_runtime_cc"};
     if (is_cp) {
-      for (int which = 0; which < 2; which++) {
-        soa_fn fn = which ? soa_rt : soa_cartpole;
+      for (int which = 0; which < 3; which++) {
+        soa_fn fn = which == 0 ? soa_cartpole : which == 1 ? soa_rt : soa_rt_philox;
         if (!fn) continue;
         for (int k = 0; k < ns; k++) {
           int thr = thread_label(settings[k]);
@@ -1387,10 +1463,8 @@ static int bench_envs(const opts *o) {
             continue;
           }
           hand_sps[which][k] = steps / th.med;
-          env_row(e->name, which ? "hand SoA, kernel cc" : "hand SoA, rlbench flags", thr, -1, &th, steps,
-                  -1, -1, &hc);
-          record *r = env_record(e->name, which ? "hand_soa_runtime_cc" : "hand_soa_rlbench_flags", thr, -1, &th, n,
-                                 T, &hc);
+          env_row(e->name, hand_names[which], thr, -1, &th, steps, -1, -1, &hc);
+          record *r = env_record(e->name, hand_keys[which], thr, -1, &th, n, T, &hc);
           rec_str(r, "compiler", "%s", which ? cc_desc : self_compiler());
           if (!which) rec_str(r, "flags", "%s; %s", self_opt(), self_isa());
         }
@@ -1422,12 +1496,14 @@ static int bench_envs(const opts *o) {
       rec_num(r, "ratio_vs_reference", sps / ref_sps);
       if (is_cp && hand_sps[0][k] > 0) rec_num(r, "ratio_vs_hand_rlbench_flags", sps / hand_sps[0][k]);
       if (is_cp && hand_sps[1][k] > 0) rec_num(r, "ratio_vs_hand_runtime_cc", sps / hand_sps[1][k]);
+      if (is_cp && hand_sps[2][k] > 0) rec_num(r, "ratio_vs_hand_philox_runtime_cc", sps / hand_sps[2][k]);
       if (is_cp)
         snprintf(cp_summary + strlen(cp_summary), sizeof cp_summary - strlen(cp_summary),
-                 "%s%d thr: %.3gx the hand loop built by the kernel compiler, %.3gx built with rlbench's flags, "
-                 "%.3gx the reference",
+                 "%s%d thr: %.3gx the hand loop built by the kernel compiler (xorshift draws), %.3gx the hand loop "
+                 "with Philox draws, %.3gx the hand loop built with rlbench's flags, %.3gx the reference",
                  cp_summary[0] ? "; " : "", thr, hand_sps[1][k] > 0 ? sps / hand_sps[1][k] : NAN,
-                 hand_sps[0][k] > 0 ? sps / hand_sps[0][k] : NAN, sps / ref_sps);
+                 hand_sps[2][k] > 0 ? sps / hand_sps[2][k] : NAN, hand_sps[0][k] > 0 ? sps / hand_sps[0][k] : NAN,
+                 sps / ref_sps);
     }
     lm_graph_free(g);
   }

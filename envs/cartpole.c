@@ -45,10 +45,10 @@ static void cp_step(lm_graph_t *g, lm_tensor state, lm_tensor action, lm_env_ste
       lm_add(th, lm_mul(cst(g, TAU), th_dot)),
       lm_add(th_dot, lm_mul(cst(g, TAU), th_acc)),
   };
-  /* the termination test, the observation and the auto-reset read it: the compiler computes
-   * it once per env (one kernel; shared statements) */
+  /* the termination test reads the columns themselves, not the stacked state: a column of the
+   * stack is a sum of every column times 0 or 1, which the compiler must keep (0 * inf is NaN) */
   lm_tensor next = lm_env_stack(cols, 4);
-  lm_tensor nx = lm_env_col(next, 0), nth = lm_env_col(next, 2);
+  lm_tensor nx = cols[0], nth = cols[2];
   lm_tensor out_x = lm_add(lm_lt(nx, cst(g, -X_THRESHOLD)), lm_gt(nx, cst(g, X_THRESHOLD)));
   lm_tensor out_th = lm_add(lm_lt(nth, cst(g, -THETA_THRESHOLD)), lm_gt(nth, cst(g, THETA_THRESHOLD)));
   out->state = next;
