@@ -15,8 +15,11 @@ lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled 
   return lm_compile_ex(g, scan, NULL, out);
 }
 
-lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_search_options *search,
+lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_compile_options *opts,
                         lm_compiled *out) {
+  static const lm_compile_options none = {0};
+  if (!opts) opts = &none;
+  const lm_search_options *search = opts->search;
   memset(out, 0, sizeof *out);
   /* rewrites that change rounding are left to search, whose gate tolerates them */
   out->g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL);
@@ -25,7 +28,7 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
   /* search measures candidates on this machine and keeps the winners; kernels it leaves
    * alone get the default interchange (a fused scan holds local arrays: not searched) */
   if (st == LM_OK && search && search->budget_s > 0 && !(scan && scan->active)) (void)lm_search_plan(out->plan, NULL, search, NULL);
-  else if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan);
+  else if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan, opts->stage);
   if (st == LM_OK && !getenv("LUMEN_NO_MERGE") && lm_schedule_merge(out->plan) < 0)
     st = lm_fail(LM_ERR_NOMEM, "out of memory merging kernels");
   if (st == LM_OK && scan && scan->active) {
@@ -35,6 +38,7 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       lm_plan_free(out->plan);
       out->plan = fused;
       out->fused = 1;
+      lm_scan_lanes(out->plan, opts->lanes);
     } else if (st == LM_ERR_UNSUPPORTED) st = LM_OK; /* the step plan runs T times */
   }
   if (st != LM_OK) lm_compiled_free(out);

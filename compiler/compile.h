@@ -14,10 +14,17 @@ typedef struct lm_compiled {
 } lm_compiled;
 
 lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out);
-/* The same, with a search of the loop IR (lumen/search.h) when search->budget_s > 0: the
- * measured winners replace the default schedule of every kernel (not of fused scans). */
+
+/* What a backend asks of the compiler beyond the default (all zero: lm_compile). */
 struct lm_search_options;
-lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const struct lm_search_options *search,
+typedef struct lm_compile_options {
+  /* a search of the loop IR (lumen/search.h) when search->budget_s > 0: the measured winners
+   * replace the default schedule of every kernel (not of fused scans) */
+  const struct lm_search_options *search;
+  int stage;  /* interchange may stage operands in local arrays (a kernel call runs a chunk) */
+  int lanes;  /* envs per SIMD block of a fused scan (lm_scan_lanes; < 2: none) */
+} lm_compile_options;
+lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_compile_options *opts,
                         lm_compiled *out);
 void lm_compiled_free(lm_compiled *c);
 /* Kernels per run and arena sizes of a compiled plan under these symbol values (the stats

@@ -134,8 +134,10 @@ lm_status lm_scan_fuse(const lm_plan *step, int sym_T, int reverse, const uint8_
  * run of the step, per-env arrays lane-minor. Returns the kernels changed (0 when lanes < 2). */
 int lm_scan_lanes(lm_plan *p, int lanes);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
- * that makes the loop vectorise (bitwise-identical results); returns the kernels changed. */
-int lm_schedule_interchange(lm_plan *plan);
+ * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
+ * stage (the C dialect only): a strided read-only operand indexed by that loop and the
+ * reduction alone is copied into a transposed local array once per call, so it qualifies. */
+int lm_schedule_interchange(lm_plan *plan, int stage);
 /* Fuses adjacent kernels over the same parallel domain that do not depend on each other into
  * one kernel with several stores; returns how many merged, -1 when memory ran out. */
 int lm_schedule_merge(lm_plan *plan);

@@ -169,7 +169,7 @@ typedef struct kbuild {
  * node computed from constants alone (an arange, a triangular mask) is recomputed wherever
  * it is used while its work stays under this: a kernel of its own would cost more, and it
  * would split env-local scans. */
-enum { COST_CHEAP = 2, COST_REDUCE = 1000, COST_SHARED = COST_REDUCE, CONST_WORK = 256 };
+enum { COST_CHEAP = 2, COST_REDUCE = 1000, COST_SHARED = COST_REDUCE, CONST_WORK = 256, NESTED_REDUCE_MIN = 16 };
 
 static int transcendental(lm_op op) {
   return op == LM_OP_LOG2 || op == LM_OP_EXP2 || op == LM_OP_SIN || op == LM_OP_SQRT || op == LM_OP_RECIP;
@@ -299,6 +299,16 @@ static uint32_t compute(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr vali
     uint64_t used = lm_x_vars_used(&g->x, valid);
     for (int i = 0; i < n->shape.rank; i++) used |= lm_x_vars_used(&g->x, idx[i]);
     int32_t parent = deepest(b, used, -2);
+    /* A long reduction nested inside another one (a hidden layer evaluated inside the next
+     * layer's dot product) would leave a scalar dot product innermost: it gets a buffer of its
+     * own, which the interchange then turns into a vectorised matmul. */
+    const lm_xnode *rext = lm_x_node(&g->x, ss->dim[n->axis]);
+    if (parent >= 0 && b->k->loops[parent].kind == LM_L_SERIAL && rext->op == LM_X_CONST &&
+        rext->v >= NESTED_REDUCE_MIN && !L->mat[id]) {
+      L->mat[id] = 1;
+      L->restart = 1;
+      return emit(b, (lm_stmt){.op = LM_S_CONST}, 0, -1);
+    }
     int32_t saved = b->cur;
     int32_t lp = add_loop_before(b->k, parent, open_child(b->k, saved, parent), ss->dim[n->axis], LM_L_SERIAL);
     if (lp < 0 || !LM_GROW(b->extent, b->extcap, b->k->nloops)) return L->st = LM_ERR_NOMEM, 0;

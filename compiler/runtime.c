@@ -38,6 +38,7 @@ struct lm_program {
   uint64_t seed, run;
   lm_scan_info scan;
   uint8_t *per_step; /* per input */
+  int bindings_ok;   /* the bindings passed lm_graph_check_bindings and have not changed since */
 };
 
 int lm_backend_count(void) { return (int)LM_COUNTOF(registry); }
@@ -283,6 +284,7 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
   if (p->bound[k] && p->syms[k] == value) return LM_OK;
   p->syms[k] = value;
   p->bound[k] = 1;
+  p->bindings_ok = 0;
   /* buffers whose size changed are reallocated on next use; data must be rewritten */
   for (size_t i = 0; i < p->g->ninputs; i++) {
     size_t count;
@@ -333,8 +335,11 @@ lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t 
 }
 
 lm_status lm_program_run(lm_program_t *p) {
-  lm_status st = lm_graph_check_bindings(p->g, p->syms, p->bound);
-  if (st != LM_OK) return st;
+  lm_status st;
+  if (!p->bindings_ok) { /* a full walk of the graph: once per change of the bindings */
+    if ((st = lm_graph_check_bindings(p->g, p->syms, p->bound)) != LM_OK) return st;
+    p->bindings_ok = 1;
+  }
   for (size_t i = 0; i < p->g->ninputs; i++) {
     if ((st = ensure_input(p, (int)i)) != LM_OK) return st;
     if (p->g->inputs[i].role == LM_ROLE_DATA && !p->in[i].written)

@@ -5,15 +5,32 @@
  *   a[p] = 0 for all p; for k: for p: a[p] += f(p, k); for p: tail(a[p]); store
  * when every load inside the reduction is contiguous or invariant in p, so the inner p loop
  * vectorises (a matmul in i-k-j order). Each element is still summed in the same k order, so
- * results are bitwise identical to the default schedule. */
+ * results are bitwise identical to the default schedule.
+ * With staging (the C dialect: a kernel call runs a whole chunk of the domain), a read-only
+ * operand that is strided in p and indexed by p and k alone (a weight matrix read by rows in
+ * a backward matmul) is first copied, once per call, into a local array laid out [k][p]:
+ *   for k: for p: w'[k*P + p] = w[idx(p, k)];   ...   for k: for p: a[p] += w'[k*P + p] * ...
+ * so the interchange applies to it too. */
 #include <string.h>
 
 #include "loopir.h"
 
-enum { MAX_EXTENT = 4096, MAX_MERGED_BUFS = 24 };
+enum { MAX_EXTENT = 4096, MAX_MERGED_BUFS = 24, MAX_STAGED = 8, MAX_STAGED_FLOATS = 32768 };
+
+/* Loads of one kernel to stage (see above). */
+typedef struct staging {
+  int allow;                   /* 0: no staging (GPU dialects: the root block runs per thread) */
+  const lm_kernel *k;
+  int n;
+  uint32_t load[MAX_STAGED];   /* old statement */
+  int32_t loop[MAX_STAGED];    /* the reduction loop k that holds it */
+  int64_t floats;
+} staging;
 
 typedef struct ic {
   const lm_kernel *k;
+  const staging *stg;
+  uint32_t *staged;  /* old LOAD statement -> staged local array + 1 (0: not staged) */
   lm_kernel *n;
   lm_exprs *x;
   int32_t p;        /* the loop being moved inward */
@@ -33,17 +50,42 @@ static int stride_ok(lm_exprs *x, lm_expr idx, int32_t p, const lm_xctx *ctx) {
   return d && (lm_x_is_const(x, d, 0) || lm_x_is_const(x, d, 1));
 }
 
-/* Every load in the block (recursively) is invariant or contiguous in p, and the block
- * reads no statement of p's own block except as the accumulator of an update. */
-static int body_ok(const lm_kernel *k, lm_exprs *x, const lm_block *b, int32_t p, const lm_xctx *ctx) {
+static int writes_buf(const lm_kernel *k, uint32_t buf) {
+  for (size_t i = 0; i < k->nstmts; i++)
+    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf == buf) return 1;
+  return 0;
+}
+
+/* Can this strided load be staged: read-only, directly in a reduction loop r of p's block,
+ * indexed by p and r alone, constant extents, small enough for the stack? */
+static int stage_load(staging *sg, lm_exprs *x, const lm_stmt *s, int32_t p) {
+  const lm_kernel *k = sg->k;
+  if (!sg->allow || s->local || sg->n == MAX_STAGED || s->loop < 0 || k->loops[s->loop].parent != p) return 0;
+  uint64_t allowed = ((uint64_t)1 << p) | ((uint64_t)1 << s->loop);
+  if (p >= 64 || s->loop >= 64 || (lm_x_vars_used(x, s->idx) & ~allowed) ||
+      (s->valid && (lm_x_vars_used(x, s->valid) & ~allowed)))
+    return 0;
+  const lm_xnode *ep = lm_x_node(x, k->loops[p].extent), *er = lm_x_node(x, k->loops[s->loop].extent);
+  if (ep->op != LM_X_CONST || er->op != LM_X_CONST || writes_buf(k, s->buf)) return 0;
+  int64_t floats = ep->v * er->v;
+  if (sg->floats + floats > MAX_STAGED_FLOATS) return 0;
+  sg->floats += floats;
+  sg->load[sg->n] = (uint32_t)(s - k->stmts);
+  sg->loop[sg->n++] = s->loop;
+  return 1;
+}
+
+/* Every load in the block (recursively) is invariant or contiguous in p (or staged), and the
+ * block reads no statement of p's own block except as the accumulator of an update. */
+static int body_ok(const lm_kernel *k, lm_exprs *x, const lm_block *b, int32_t p, const lm_xctx *ctx, staging *sg) {
   for (size_t i = 0; i < b->n; i++) {
     lm_item it = b->items[i];
     if (it.is_loop) {
-      if (!body_ok(k, x, &k->loops[it.id].body, p, ctx)) return 0;
+      if (!body_ok(k, x, &k->loops[it.id].body, p, ctx, sg)) return 0;
       continue;
     }
     const lm_stmt *s = &k->stmts[it.id];
-    if (s->op == LM_S_LOAD && (s->local || !stride_ok(x, s->idx, p, ctx))) return 0;
+    if (s->op == LM_S_LOAD && (s->local || !stride_ok(x, s->idx, p, ctx)) && !stage_load(sg, x, s, p)) return 0;
     if (s->op == LM_S_STORE || s->op == LM_S_ACC_MAX || s->op == LM_S_RAND) return 0;
     /* operands defined in p's block (not inside a loop of it) may only be accumulators */
     uint32_t ops[2] = {s->a, s->b};
@@ -58,7 +100,7 @@ static int body_ok(const lm_kernel *k, lm_exprs *x, const lm_block *b, int32_t p
 }
 
 /* Can loop p (the innermost parallel loop) move inside its reductions? */
-static int eligible(const lm_kernel *k, lm_exprs *x, int32_t p, int64_t *extent) {
+static int eligible(const lm_kernel *k, lm_exprs *x, int32_t p, int64_t *extent, staging *sg) {
   const lm_xnode *e = lm_x_node(x, k->loops[p].extent);
   if (e->op != LM_X_CONST || e->v < 2 || e->v > MAX_EXTENT) return 0;
   *extent = e->v;
@@ -71,7 +113,7 @@ static int eligible(const lm_kernel *k, lm_exprs *x, int32_t p, int64_t *extent)
   for (size_t i = 0; i < b->n; i++) {
     lm_item it = b->items[i];
     if (it.is_loop) {
-      if (tail || k->loops[it.id].kind != LM_L_SERIAL || !body_ok(k, x, &k->loops[it.id].body, p, &ctx)) return 0;
+      if (tail || k->loops[it.id].kind != LM_L_SERIAL || !body_ok(k, x, &k->loops[it.id].body, p, &ctx, sg)) return 0;
       loops++;
       continue;
     }
@@ -109,6 +151,14 @@ static void copy_block(ic *c, const lm_block *b, int32_t target, lm_expr pv);
 static void copy_stmt(ic *c, uint32_t old, int32_t target, lm_expr pv) {
   lm_stmt s = c->k->stmts[old];
   s.loop = target;
+  if (s.op == LM_S_LOAD && c->staged[old]) { /* w'[k*P + p] */
+    lm_expr P = c->k->loops[c->p].extent;
+    lm_expr at = lm_x_add(c->x, lm_x_mul(c->x, lm_x_var(c->x, c->k->stmts[old].loop), P), lm_x_var(c->x, c->p));
+    lm_stmt ld = {.op = LM_S_LOAD, .loop = target, .buf = c->staged[old] - 1, .local = 1, .idx = remap(c, at),
+                  .valid = lm_x_const(c->x, 1)};
+    c->smap[old] = add(c, ld);
+    return;
+  }
   if (s.op == LM_S_ACC_SUM && c->acc[s.a]) { /* a[p] += v */
     lm_stmt ld = {.op = LM_S_LOAD, .loop = target, .buf = c->acc[s.a] - 1, .local = 1, .idx = pv,
                   .valid = lm_x_const(c->x, 1)};
@@ -206,33 +256,94 @@ static void copy_block(ic *c, const lm_block *b, int32_t target, lm_expr pv) {
   }
 }
 
+/* Local arrays for the staged loads, then (after the kernel is built) the copies into them,
+ * placed first in the root block: they run once per call, before the parallel loops. */
+static void stage_alloc(ic *c) {
+  for (int i = 0; i < c->stg->n && c->ok; i++) {
+    const lm_kernel *k = c->k;
+    if (!LM_GROW(c->n->locals, c->n->localcap, c->n->nlocals + 1)) {
+      c->ok = 0;
+      return;
+    }
+    int64_t P = lm_x_node(c->x, k->loops[c->p].extent)->v, R = lm_x_node(c->x, k->loops[c->stg->loop[i]].extent)->v;
+    c->staged[c->stg->load[i]] = (uint32_t)c->n->nlocals + 1;
+    c->n->locals[c->n->nlocals++] = P * R;
+  }
+}
+
+static void stage_copies(ic *c) {
+  const lm_kernel *k = c->k;
+  lm_exprs *x = c->x;
+  size_t first = c->n->root.n;
+  for (int i = 0; i < c->stg->n && c->ok; i++) {
+    const lm_stmt *s = &k->stmts[c->stg->load[i]];
+    int32_t r = c->stg->loop[i];
+    int32_t lr = new_loop(c, -1, k->loops[r].extent, LM_L_SERIAL);
+    int32_t lp = lr < 0 ? -1 : new_loop(c, lr, k->loops[c->p].extent, LM_L_SERIAL);
+    if (lp < 0) return;
+    lm_expr map[64] = {0};
+    map[c->p] = lm_x_var(x, lp);
+    map[r] = lm_x_var(x, lr);
+    int nmap = (int)(k->nloops < 64 ? k->nloops : 64);
+    lm_stmt ld = *s;
+    ld.loop = lp;
+    ld.idx = lm_x_simplify(x, lm_x_subst(x, s->idx, map, nmap), NULL);
+    ld.valid = s->valid ? lm_x_simplify(x, lm_x_subst(x, s->valid, map, nmap), NULL) : 0;
+    if (!lm_kernel_use_buf(c->n, s->buf)) c->ok = 0;
+    uint32_t v = add(c, ld);
+    lm_expr at = lm_x_add(x, lm_x_mul(x, lm_x_var(x, lr), k->loops[c->p].extent), lm_x_var(x, lp));
+    lm_stmt st = {.op = LM_S_STORE, .loop = lp, .buf = c->staged[c->stg->load[i]] - 1, .local = 1,
+                  .idx = lm_x_simplify(x, at, NULL), .a = v, .valid = lm_x_const(x, 1)};
+    add(c, st);
+  }
+  /* rotate the copies to the front of the root block */
+  lm_block *root = &c->n->root;
+  size_t moved = root->n - first;
+  if (!c->ok || !moved) return;
+  lm_item *tmp = lm_calloc(moved, sizeof *tmp);
+  if (!tmp) {
+    c->ok = 0;
+    return;
+  }
+  memcpy(tmp, root->items + first, moved * sizeof *tmp);
+  memmove(root->items + moved, root->items, first * sizeof *tmp);
+  memcpy(root->items, tmp, moved * sizeof *tmp);
+  lm_free(tmp);
+}
+
 /* Rebuilds kernel k into n with its innermost parallel loop moved inside its reductions. */
-static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n) {
+static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n, int stage) {
   lm_exprs *x = &plan->g->x;
   int32_t p = k->npar - 1;
   int64_t extent;
   memset(n, 0, sizeof *n);
-  if (k->npar < 2 || !eligible(k, x, p, &extent)) return 0;
-  ic c = {.k = k, .n = n, .x = x, .p = p, .extent = extent, .ok = 1};
+  staging sg = {.allow = stage, .k = k};
+  if (k->npar < 2 || !eligible(k, x, p, &extent, &sg)) return 0;
+  ic c = {.k = k, .stg = &sg, .n = n, .x = x, .p = p, .extent = extent, .ok = 1};
   c.vmap = lm_calloc(k->nloops + 1, sizeof *c.vmap);
   c.smap = lm_calloc(k->nstmts + 1, sizeof *c.smap);
   c.acc = lm_calloc(k->nstmts + 1, sizeof *c.acc);
+  c.staged = lm_calloc(k->nstmts + 1, sizeof *c.staged);
   memcpy(n->name, k->name, sizeof n->name);
   n->anchor = k->anchor;
   n->npar = k->npar - 1;
-  if (c.vmap && c.smap && c.acc) copy_block(&c, &k->root, -1, 0);
-  else c.ok = 0;
+  if (c.vmap && c.smap && c.acc && c.staged) {
+    stage_alloc(&c);
+    if (c.ok) copy_block(&c, &k->root, -1, 0);
+    if (c.ok) stage_copies(&c);
+  } else c.ok = 0;
   lm_free(c.vmap);
   lm_free(c.smap);
   lm_free(c.acc);
+  lm_free(c.staged);
   return c.ok && !x->failed;
 }
 
-int lm_schedule_interchange(lm_plan *plan) {
+int lm_schedule_interchange(lm_plan *plan, int stage) {
   int changed = 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel n;
-    if (interchange(plan, &plan->kernels[i], &n)) {
+    if (interchange(plan, &plan->kernels[i], &n, stage)) {
       lm_kernel_free(&plan->kernels[i]);
       plan->kernels[i] = n;
       changed++;

@@ -413,7 +413,7 @@ Test(search, the_cache_merges_entries_and_survives_a_reload) {
 
 Test(search, a_zero_budget_leaves_the_default_schedule) {
   lowered l = lower(matmul64()), c = lower(matmul64());
-  lm_schedule_interchange(c.p); /* what lm_search_plan stands in for */
+  lm_schedule_interchange(c.p, 1); /* what lm_search_plan stands in for */
   lm_search_options o;
   lm_search_options_init(&o);
   o.budget_s = 0;

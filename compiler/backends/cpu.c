@@ -124,11 +124,11 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   lm_compiled comp;
   lm_search_options so;
   lm_search_options_init(&so); /* budget from $LUMEN_SEARCH_BUDGET; 0 = the default schedule */
-  if ((st = lm_compile_ex(g, scan, &so, &comp)) != LM_OK) goto fail;
+  lm_compile_options co = {.search = &so, .stage = 1, .lanes = scan_lanes()};
+  if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (x->fused) lm_scan_lanes(x->plan, scan_lanes());
   st = LM_ERR_NOMEM;
   if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
   lm_dump_source("cpu", "c", src, x->plan);

@@ -220,7 +220,7 @@ static int interchange_one(lm_plan *plan, lm_kernel *k) {
   lm_plan tmp = *plan;
   tmp.kernels = k;
   tmp.nkernels = tmp.kernelcap = 1;
-  return lm_schedule_interchange(&tmp);
+  return lm_schedule_interchange(&tmp, 1); /* search runs on the cpu: the cpu's default */
 }
 
 /* ---------------------------------------------------------------- candidates of one kernel */
