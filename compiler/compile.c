@@ -38,7 +38,7 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       lm_plan_free(out->plan);
       out->plan = fused;
       out->fused = 1;
-      lm_scan_lanes(out->plan, opts->lanes);
+      out->lanes = lm_scan_lanes(out->plan, opts->lanes) > 0 ? opts->lanes : 1;
     } else if (st == LM_ERR_UNSUPPORTED) st = LM_OK; /* the step plan runs T times */
   }
   if (st != LM_OK) lm_compiled_free(out);

@@ -461,8 +461,8 @@ Test(scan, env_local_tanh_matvec_step_is_one_kernel_for_the_whole_scan_on_cpu) {
 
 /* ================================================================ SIMD lanes (cpu) */
 
-/* compiler/lanes.c blocks 8 envs per iteration of a fused scan with a loop over the lanes
- * innermost. A step that uses every kind of statement it rewrites: a matvec (a sum
+/* compiler/lanes.c blocks envs (32 on the cpu by default) per iteration of a fused scan with a
+ * loop over the lanes innermost. A step that uses every kind of statement it rewrites: a matvec (a sum
  * accumulator and weights shared by the lanes), a max over each env's row (a max accumulator),
  * RAND, MOD by a power of two and by another constant (per-step inputs only, so the values
  * are identical on every backend), sin, per-step inputs and outputs and a carried state:
@@ -553,18 +553,19 @@ static void lanes_close(const char *what, const lanes_run *got, const lanes_run 
   check_close_f(w, got->h, want->h, n, 2e-5, 2e-6);
 }
 
-/* Envs that fill no whole block, exactly one, one more, and many with a partial last block:
+/* Envs that fill no whole block (of 32 or of 8), exactly one, one more, and many with a
+ * partial last block:
  * the extra lanes of a partial block must neither read nor write past the last env. */
 Test(scan, lanes_match_ref_and_one_env_at_a_time_for_partial_and_whole_blocks_on_cpu) {
-  const int64_t T = 5, sizes[] = {1, 7, 8, 9, 67};
+  const int64_t T = 5, sizes[] = {1, 7, 8, 31, 32, 33, 67};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     int64_t N = sizes[i];
     lanes_run ref = lanes_on("ref", NULL, NULL, T, N), lanes = lanes_on("cpu", NULL, NULL, T, N),
               one = lanes_on("cpu", "1", NULL, T, N);
     cr_assert_eq(lanes.kernels, 1, "N=%lld: the lane-blocked scan took %d kernels", (long long)N, lanes.kernels);
-    lanes_close("cpu (8 lanes) vs ref", &lanes, &ref, T, N);
+    lanes_close("cpu (lanes) vs ref", &lanes, &ref, T, N);
     lanes_close("cpu (1 lane) vs ref", &one, &ref, T, N);
-    lanes_close("cpu 8 lanes vs 1 lane", &lanes, &one, T, N);
+    lanes_close("cpu lanes vs 1 lane", &lanes, &one, T, N);
     lanes_free(&ref);
     lanes_free(&lanes);
     lanes_free(&one);
