@@ -28,7 +28,8 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
   /* search measures candidates on this machine and keeps the winners; kernels it leaves
    * alone get the default interchange (a fused scan holds local arrays: not searched) */
   if (st == LM_OK && search && search->budget_s > 0 && !(scan && scan->active)) (void)lm_search_plan(out->plan, NULL, search, NULL);
-  else if (st == LM_OK && !getenv("LUMEN_NO_INTERCHANGE")) lm_schedule_interchange(out->plan, opts->stage);
+  else if (st == LM_OK && opts->interchange && !getenv("LUMEN_NO_INTERCHANGE"))
+    lm_schedule_interchange(out->plan, opts->stage);
   if (st == LM_OK && !getenv("LUMEN_NO_MERGE") && lm_schedule_merge(out->plan) < 0)
     st = lm_fail(LM_ERR_NOMEM, "out of memory merging kernels");
   if (st == LM_OK && scan && scan->active) {

@@ -16,12 +16,15 @@ typedef struct lm_compiled {
 
 lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out);
 
-/* What a backend asks of the compiler beyond the default (all zero: lm_compile). */
+/* What a backend asks of the compiler beyond the default (all zero: lm_compile, the GPU
+ * backends' front). */
 struct lm_search_options;
 typedef struct lm_compile_options {
   /* a search of the loop IR (lumen/search.h) when search->budget_s > 0: the measured winners
    * replace the default schedule of every kernel (not of fused scans) */
   const struct lm_search_options *search;
+  int interchange; /* reductions in i-k-j order over a local row (lm_schedule_interchange): for
+                    * vector CPUs; GPUs keep one thread per output element and tile instead */
   int stage;  /* interchange may stage operands in local arrays (a kernel call runs a chunk) */
   int lanes;  /* envs per SIMD block of a fused scan (lm_scan_lanes; < 2: none) */
 } lm_compile_options;

@@ -30,6 +30,8 @@ typedef enum lm_sop {
   LM_S_ACC_SUM, /* acc a += b */
   LM_S_ACC_MAX, /* acc a = fmax(acc a, b) */
   LM_S_STORE,   /* buf[idx] = a */
+  LM_S_BARRIER, /* work-group barrier (GPU work-group schedules): shared arrays written before
+                 * it are visible to every thread of the group after it */
   LM_S_COUNT
 } lm_sop;
 
@@ -84,6 +86,13 @@ typedef struct lm_kernel {
   size_t nbufs, bufcap;
   int64_t *locals; /* per local array: element count (private to each thread of the kernel) */
   size_t nlocals, localcap;
+  /* GPU work-group schedule (compiler/gpu.c; GPU dialects only): group > 0 makes loop npar-1
+   * the thread loop (extent `group`, one iteration per thread of a work-group) and loops
+   * 0..npar-2 the grid of work-groups. Local array i is shared by the work-group's threads
+   * when i < nshared and shared[i]. Every thread reaches every barrier. */
+  int32_t group;
+  uint8_t *shared;
+  size_t nshared, sharedcap;
 } lm_kernel;
 
 typedef enum lm_bufkind {
@@ -152,6 +161,8 @@ int32_t lm_kernel_add_loop(lm_kernel *k, int32_t parent, lm_expr extent, lm_loop
 uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);
 int lm_kernel_use_buf(lm_kernel *k, uint32_t buf);
 int lm_loop_depth(const lm_kernel *k, int32_t loop);
+/* Adds a local array of n floats (shared: by the work-group); its number, or UINT32_MAX. */
+uint32_t lm_kernel_add_local(lm_kernel *k, int64_t n, int shared);
 /* Frees what the kernel owns and zeroes it (NULL or a zeroed kernel: nothing to do). */
 void lm_kernel_free(lm_kernel *k);
 /* Which operand statements op reads: LM_OPND_A | LM_OPND_B (for ACC_SUM/ACC_MAX, a is the

@@ -92,7 +92,22 @@ void lm_kernel_free(lm_kernel *k) {
   lm_free(k->root.items);
   lm_free(k->bufs);
   lm_free(k->locals);
+  lm_free(k->shared);
   memset(k, 0, sizeof *k);
+}
+
+uint32_t lm_kernel_add_local(lm_kernel *k, int64_t n, int shared) {
+  if (!LM_GROW(k->locals, k->localcap, k->nlocals + 1)) return UINT32_MAX;
+  uint32_t id = (uint32_t)k->nlocals;
+  if (shared) {
+    if (!LM_GROW(k->shared, k->sharedcap, k->nlocals + 1)) return UINT32_MAX;
+    for (size_t i = k->nshared; i < k->nlocals; i++) k->shared[i] = 0;
+    k->shared[id] = 1;
+    k->nshared = k->nlocals + 1;
+  }
+  k->locals[id] = n;
+  k->nlocals++;
+  return id;
 }
 
 int lm_sop_operands(uint8_t op) {
@@ -627,7 +642,7 @@ done:
 
 static const char *const sop_names[LM_S_COUNT] = {
     "const", "load", "rand", "log2", "exp2", "sin",  "sqrt",    "recip",   "add",
-    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store",
+    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store", "barrier",
 };
 _Static_assert(sizeof sop_names / sizeof sop_names[0] == LM_S_COUNT, "sop_names covers every statement op");
 
@@ -654,12 +669,13 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
     case LM_S_STORE:
     case LM_S_RAND:
       if (s->op == LM_S_RAND) lm_sb_printf(sb, " stream %u [", s->stream);
-      else lm_sb_printf(sb, " b%u[", s->buf);
+      else lm_sb_printf(sb, " %s%u[", s->local ? "l" : "b", s->buf);
       lm_x_print(x, s->idx, sb, "i");
       lm_sb_puts(sb, "]");
       if (s->op == LM_S_STORE) lm_sb_printf(sb, " = v%u", s->a);
       break;
     case LM_S_SELECT: lm_sb_printf(sb, " v%u", s->a); break;
+    case LM_S_BARRIER: break;
     default:
       lm_sb_printf(sb, " v%u", s->a);
       if (s->op >= LM_S_ADD || s->op == LM_S_ACC_SUM) lm_sb_printf(sb, " v%u", s->b);
@@ -683,7 +699,11 @@ void lm_plan_dump(const lm_plan *p, lm_sb *sb) {
   }
   for (size_t i = 0; i < p->nkernels; i++) {
     const lm_kernel *k = &p->kernels[i];
-    lm_sb_printf(sb, "kernel %s (npar %d):\n", k->name, k->npar);
+    lm_sb_printf(sb, "kernel %s (npar %d", k->name, k->npar);
+    if (k->group) lm_sb_printf(sb, ", work-groups of %d", k->group);
+    for (size_t l = 0; l < k->nlocals; l++)
+      if (l < k->nshared && k->shared[l]) lm_sb_printf(sb, ", l%zu[%lld] shared", l, (long long)k->locals[l]);
+    lm_sb_puts(sb, "):\n");
     dump_block(p, k, &k->root, 0, sb);
   }
   for (size_t i = 0; i < p->ncopies; i++) lm_sb_printf(sb, "copy b%u <- b%u\n", p->copies[i].dst, p->copies[i].src);

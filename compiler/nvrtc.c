@@ -13,6 +13,7 @@
 
 #include "cc.h"
 #include "compile.h"
+#include "gpu.h"
 #include "core.h"
 #include "lumen/env.h"
 #include "lumen/train.h"
@@ -307,7 +308,7 @@ static int number_before(const char *p, const char *end, const char *unit) {
  *       0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
  *   ptxas info    : Used 24 registers, used 0 barriers, 384 bytes cmem[0]  */
 lm_status lm_ptxas_info_parse(const char *log, const char *entry, lm_ptxas_info *out) {
-  *out = (lm_ptxas_info){-1, -1, -1, -1};
+  *out = (lm_ptxas_info){-1, -1, -1, -1, -1};
   if (!log || !entry) return lm_fail(LM_ERR_INVALID, "ptxas info: no log");
   char head[160];
   snprintf(head, sizeof head, "Compiling entry function '%s'", entry);
@@ -324,6 +325,7 @@ lm_status lm_ptxas_info_parse(const char *log, const char *entry, lm_ptxas_info 
     if ((v = number_before(line, eol, "bytes stack frame")) >= 0) out->stack_bytes = v;
     if ((v = number_before(line, eol, "bytes spill stores")) >= 0) out->spill_stores = v;
     if ((v = number_before(line, eol, "bytes spill loads")) >= 0) out->spill_loads = v;
+    if ((v = number_before(line, eol, "bytes smem")) >= 0) out->shared_bytes = v;
     if ((v = number_before(line, eol, "registers")) >= 0 && strstr(line, "Used") && strstr(line, "Used") < eol)
       out->registers = v;
     line = eol + 1;
@@ -332,6 +334,7 @@ lm_status lm_ptxas_info_parse(const char *log, const char *entry, lm_ptxas_info 
   if (out->stack_bytes < 0) out->stack_bytes = 0; /* ptxas omits the properties line for trivial kernels */
   if (out->spill_stores < 0) out->spill_stores = 0;
   if (out->spill_loads < 0) out->spill_loads = 0;
+  if (out->shared_bytes < 0) out->shared_bytes = 0;
   return LM_OK;
 }
 
@@ -385,7 +388,7 @@ static lm_status add_report(lm_compile_report *r, size_t *cap, const char *graph
   memset(k, 0, sizeof *k);
   snprintf(k->graph, sizeof k->graph, "%s", graph);
   snprintf(k->kernel, sizeof k->kernel, "%s", kernel);
-  k->registers = k->stack_bytes = k->spill_stores = k->spill_loads = -1;
+  k->registers = k->stack_bytes = k->spill_stores = k->spill_loads = k->shared_bytes = -1;
   return LM_OK;
 }
 
@@ -415,6 +418,7 @@ static lm_status compile_plan(compilers *cs, lm_target target, const char *arch,
     char name[48];
     lm_render_entry_name(&plan->kernels[i], name, sizeof name);
     if ((st = add_report(r, cap, graph, name)) != LM_OK) break;
+    r->kernels[r->n - 1].group = plan->kernels[i].group;
     if (target != LM_TARGET_CUDA) continue;
     lm_ptxas_info pi;
     if ((st = lm_ptxas_info_parse(cubin.log, name, &pi)) != LM_OK) break;
@@ -423,6 +427,7 @@ static lm_status compile_plan(compilers *cs, lm_target target, const char *arch,
     k->stack_bytes = pi.stack_bytes;
     k->spill_stores = pi.spill_stores;
     k->spill_loads = pi.spill_loads;
+    k->shared_bytes = pi.shared_bytes;
   }
   lm_cubin_free(&cubin);
   lm_free(src);
@@ -467,7 +472,14 @@ lm_status lm_compile_iteration(const char *env, lm_target target, const char *ar
     if (!per_step) st = LM_ERR_NOMEM;
     if (st == LM_OK) st = lm_graph_validate(g);
     if (st == LM_OK) st = scan_of(&tg[i], per_step, &scan);
-    if (st == LM_OK) st = lm_compile(g, &scan, &comp);
+    lm_compile_options co = {.interchange = target == LM_TARGET_C, .stage = target == LM_TARGET_C,
+                             .lanes = target == LM_TARGET_C ? 32 : 0}; /* as the cpu backend compiles */
+    if (st == LM_OK) st = lm_compile_ex(g, &scan, &co, &comp);
+    if (st == LM_OK && (target == LM_TARGET_CUDA || target == LM_TARGET_OPENCL) && lm_gpu_schedules_enabled()) {
+      lm_gpu_options go; /* as the backends schedule them: 48 KiB of static shared memory on CUDA, */
+      lm_gpu_options_default(&go, target == LM_TARGET_CUDA ? 48 * 1024 : 32 * 1024); /* OpenCL's minimum */
+      lm_schedule_gpu(comp.plan, &go);
+    }
     if (st == LM_OK)
       st = compile_plan(&cs, target, arch, what, tg[i].name, comp.plan, out, &cap, out->compiler, sizeof out->compiler);
     lm_compiled_free(&comp);

@@ -56,6 +56,7 @@ typedef struct lm_ptxas_info {
   int stack_bytes;  /* stack frame (local arrays indexed at run time live here) */
   int spill_stores; /* bytes */
   int spill_loads;  /* bytes */
+  int shared_bytes; /* static shared memory (work-group schedules: tiles, staged weights) */
 } lm_ptxas_info;
 
 /* Parses the ptxas -v lines of `entry` out of an NVRTC log. LM_ERR_INVALID when the log has
@@ -78,7 +79,8 @@ typedef struct lm_kernel_report {
   char graph[24];  /* "rollout", "prep", "gae", "update" */
   char kernel[48]; /* the entry name */
   /* from ptxas (cuda); -1 where the target does not say */
-  int registers, stack_bytes, spill_stores, spill_loads;
+  int registers, stack_bytes, spill_stores, spill_loads, shared_bytes;
+  int group; /* threads per work-group of a work-group schedule (compiler/gpu.c), 0: one per point */
 } lm_kernel_report;
 
 typedef struct lm_compile_report {

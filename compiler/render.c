@@ -258,7 +258,9 @@ _Static_assert(LM_S_SQRT - LM_S_LOG2 == LM_MATH_SQRT - LM_MATH_LOG2 && LM_S_EXP2
                "unary statements map onto lm_math in order");
 
 static int is_update(uint8_t op) { return op == LM_S_ACC_SUM || op == LM_S_ACC_MAX; }
-static int has_value(uint8_t op) { return op < LM_S_COUNT && op != LM_S_STORE && !is_update(op); }
+static int has_value(uint8_t op) {
+  return op < LM_S_COUNT && op != LM_S_STORE && op != LM_S_BARRIER && !is_update(op);
+}
 /* Computes a value and changes nothing: may move within its block and be inlined. */
 static int is_pure(uint8_t op) { return has_value(op) && op != LM_S_ACC; }
 
@@ -361,7 +363,7 @@ static void check_stmts(rk *r) {
 /* Live: stores, what they read, and the updates of accumulators someone reads. */
 static void liveness(rk *r) {
   const lm_kernel *k = r->k;
-  for (size_t i = 0; i < k->nstmts; i++) r->live[i] = k->stmts[i].op == LM_S_STORE;
+  for (size_t i = 0; i < k->nstmts; i++) r->live[i] = k->stmts[i].op == LM_S_STORE || k->stmts[i].op == LM_S_BARRIER;
   for (uint8_t changed = 1; changed;) {
     changed = 0;
     for (size_t i = 0; i < k->nstmts; i++) {
@@ -687,6 +689,14 @@ static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
     print_value(r, sb, s->b, 0);
     lm_sb_puts(sb, ")");
     break;
+  case LM_S_BARRIER:
+    if (!r->d->barrier || !r->k->group) {
+      fail(r, "statement %u: a barrier outside a work-group schedule", id);
+      return;
+    }
+    lm_sb_puts(sb, r->d->barrier);
+    lm_sb_puts(sb, "\n");
+    return;
   case LM_S_STORE:
     if (!trivially_valid(r, s->valid)) {
       lm_sb_puts(sb, "if (");
@@ -758,13 +768,17 @@ static void emit_block(rk *r, lm_sb *sb, int32_t loop, int ind) {
 }
 
 /* GPU dialects: each parallel loop variable the body reads, from the flat thread index
- * (loop npar-1 fastest). */
+ * (loop npar-1 fastest); in a work-group schedule, the grid loops from the group index and
+ * the thread loop from the index within the group. */
 static void emit_unflatten(rk *r, lm_sb *sb) {
   const lm_kernel *k = r->k;
-  for (int l = 0; l < k->npar; l++) {
+  int grid = k->group ? k->npar - 1 : k->npar;
+  const char *flat = k->group ? "grp" : "gid";
+  if (k->group && r->varuse[grid]) lm_sb_printf(sb, "  const %s i%d = (%s)%s;\n", r->d->i64, grid, r->d->i64, r->d->local_id);
+  for (int l = 0; l < grid; l++) {
     if (!r->varuse[l]) continue;
     lm_expr stride = lm_x_const(r->x, 1);
-    for (int j = l + 1; j < k->npar; j++) stride = lm_x_mul(r->x, stride, k->loops[j].extent);
+    for (int j = l + 1; j < grid; j++) stride = lm_x_mul(r->x, stride, k->loops[j].extent);
     if (!stride) {
       fail(r, "out of memory");
       return;
@@ -772,7 +786,7 @@ static void emit_unflatten(rk *r, lm_sb *sb) {
     lm_sb_printf(sb, "  const %s i%d = ", r->d->i64, l);
     int div = !lm_x_is_const(r->x, stride, 1), mod = l > 0;
     if (div && mod) lm_sb_puts(sb, "(");
-    lm_sb_puts(sb, "gid");
+    lm_sb_puts(sb, flat);
     if (div) {
       lm_sb_puts(sb, " / ");
       print_x(r, sb, stride, 5, 0);
@@ -808,8 +822,10 @@ static void emit_signature(rk *r, lm_sb *sb, const char *name) {
       lm_sb_printf(sb, "%sdevice float *b%u [[buffer(%zu)]], ", r->bufwr[k->bufs[j]] ? "" : "const ", k->bufs[j], j);
     lm_sb_printf(sb,
                  "constant long *S [[buffer(%zu)]], constant ulong *R [[buffer(%zu)]], "
-                 "constant long &total [[buffer(%zu)]], uint tid [[thread_position_in_grid]]) {\n",
-                 k->nbufs, k->nbufs + 1, k->nbufs + 2);
+                 "constant long &total [[buffer(%zu)]], uint tid [[thread_position_in_grid]]%s) {\n",
+                 k->nbufs, k->nbufs + 1, k->nbufs + 2,
+                 k->group ? ", uint lid [[thread_position_in_threadgroup]], uint gidx [[threadgroup_position_in_grid]]"
+                          : "");
     break;
   default: fail(r, "bad dialect"); break;
   }
@@ -886,6 +902,12 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   r.xc = (lm_xctx){r.ext, (int)k->nloops};
   for (size_t i = 0; i < k->nstmts; i++) r.blk[i] = -2;
   if (k->npar < 0 || (size_t)k->npar > k->nloops) fail(&r, "npar %d with %zu loops", k->npar, k->nloops);
+  if (k->group && (!r.flat || !r.d->shared_qual))
+    fail(&r, "a work-group schedule needs a GPU dialect (this is %s)", r.d->name);
+  else if (k->group && (k->npar < 1 || !lm_x_is_const(x, k->loops[k->npar - 1].extent, k->group)))
+    fail(&r, "work-group schedule: the thread loop (loop %d) must have extent %d", k->npar - 1, k->group);
+  for (size_t i = 0; i < k->nshared && !r.bad; i++)
+    if (k->shared[i] && !k->group) fail(&r, "shared local array %zu outside a work-group schedule", i);
   for (size_t i = 0; i < k->nloops && !r.bad; i++) {
     const lm_loop *lp = &k->loops[i];
     if (lp->parent < -1 || lp->parent >= (int32_t)k->nloops) fail(&r, "loop %zu: bad parent %d", i, lp->parent);
@@ -912,7 +934,9 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   char name[48];
   lm_render_entry_name(k, name, sizeof name);
   emit_signature(&r, out, name);
-  if (r.flat) {
+  if (r.flat && k->group) { /* every thread of a group reaches its barriers: no early return */
+    lm_sb_printf(out, "  const %s grp = (%s)%s;\n  (void)total;\n", r.d->i64, r.d->i64, r.d->group_id);
+  } else if (r.flat) {
     lm_sb_printf(out, "  const %s gid = %s;\n  if (gid >= total) return;\n", r.d->i64, r.d->global_id);
   }
   int any_buf = 0, any_sym = 0;
@@ -931,7 +955,11 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   if (!any_buf && (dia == LM_DIALECT_C || dia == LM_DIALECT_CUDA)) lm_sb_puts(out, "  (void)B;\n");
   if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
   if (!r.use_r) lm_sb_puts(out, "  (void)R;\n");
-  for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld];\n", i, (long long)k->locals[i]);
+  for (size_t i = 0; i < k->nlocals; i++) {
+    int shared = i < k->nshared && k->shared[i];
+    lm_sb_printf(out, "  %s%sfloat l%zu[%lld];\n", shared ? r.d->shared_qual : "", shared ? " " : "", i,
+                 (long long)k->locals[i]);
+  }
   if (head.s) lm_sb_puts(out, head.s);
   if (!r.flat && k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
   if (body.s) lm_sb_puts(out, body.s);

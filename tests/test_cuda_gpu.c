@@ -12,6 +12,8 @@
 #define DEVICE "cuda"
 #define DEVICE_TEXT "CUDA"
 #define DEVICE_SRC_EXT ".cu"
+#define DEVICE_SHARED "__shared__"
+#define DEVICE_BARRIER "__syncthreads()"
 #include "test_opencl.c"
 
 /* ================================================================ availability */

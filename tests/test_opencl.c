@@ -12,6 +12,10 @@
  * - RAND bit-identical to lm_rand_uniform (lumen/rand.h) in plain runs and inside scans
  *   (run counter run*T + t), with a seed above 2^32 and a run counter set past 2^32;
  * - assigns across runs, rebinding, and a program reading another's buffer (lm_program_link);
+ * - work-group schedules (compiler/gpu.c): matmuls in shared-memory tiles and a matvec scan with
+ *   its weights staged in shared memory, bit for bit against ref and against the plain
+ *   one-thread-per-point mapping (LUMEN_GPU_SCHEDULE=0), for sizes that fill no tile, cut tiles
+ *   and fill many, with the device source checked for shared arrays and barriers;
  * - opencl only: LUMEN_OPENCL_DEVICE, build errors (log + source + a file keeping both), the
  *   `rltrain compile --target opencl` path for CartPole, and "auto" never picking opencl.
  *
@@ -46,6 +50,8 @@
 #define DEVICE_TEXT "OpenCL" /* in skip messages */
 #define DEVICE_SRC_EXT ".cl" /* LUMEN_DUMP files of the backend */
 #define DEVICE_IS_OPENCL 1
+#define DEVICE_SHARED "__local"                     /* a shared array in the device source */
+#define DEVICE_BARRIER "barrier(CLK_LOCAL_MEM_FENCE)" /* a work-group barrier */
 #endif
 
 #define RTOL 2e-5
@@ -493,6 +499,118 @@ Test(device_program, a_linked_input_reads_the_owner_programs_buffer_on_the_devic
 }
 
 #ifdef DEVICE_IS_OPENCL
+/* ================================================================ work-group schedules */
+
+/* How many of the dumped device sources of the current dump dir contain `what`. */
+static int dumped_with(const char *dir, const char *what) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  char path[1024];
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name), ext = strlen(DEVICE_SRC_EXT);
+    if (len <= ext || strcmp(e->d_name + len - ext, DEVICE_SRC_EXT)) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    static char buf[1 << 20];
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    if (strstr(buf, what)) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* y = A B with every dimension symbolic: M x K times K x N. */
+static lm_graph_t *matmul_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim M = lm_sym(g, "M"), K = lm_sym(g, "K"), N = lm_sym(g, "N");
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){M, K});
+  lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){K, N});
+  lm_tensor c = lm_input(g, "c", LM_ROLE_DATA, 2, (lm_dim[]){M, N});
+  OK(lm_output(lm_add(lm_matmul(a, b), c), "y"));
+  return g;
+}
+
+/* The matmul on the device with work-group schedules on or off, and on ref: every size compared
+ * bit for bit (each element sums its k terms in order: the tiles change no rounding). */
+Test(device_gpu_schedule, matmul_tiles_match_ref_and_the_plain_mapping_bit_for_bit, .timeout = 120) {
+  static const int64_t sizes[][3] = {{1, 1, 1}, {5, 3, 7}, {16, 16, 16}, {33, 20, 17}, {64, 64, 64}, {70, 37, 100}, {2, 200, 3}};
+  char dir[] = "/tmp/lumen-gpu-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  lm_graph_t *g = matmul_graph();
+  lm_backend_t *dev = open_device(), *ref = open_ref();
+  setenv("LUMEN_DUMP", dir, 1);
+  lm_program_t *tiled = lm_program_new(dev, g);
+  unsetenv("LUMEN_DUMP");
+  setenv("LUMEN_GPU_SCHEDULE", "0", 1);
+  lm_program_t *plain = lm_program_new(dev, g);
+  unsetenv("LUMEN_GPU_SCHEDULE");
+  lm_program_t *want = lm_program_new(ref, g);
+  cr_assert(tiled && plain && want, "%s", lm_last_error());
+  cr_assert(dumped_with(dir, DEVICE_SHARED) >= 1 && dumped_with(dir, DEVICE_BARRIER) >= 1,
+            "the matmul's device source has no shared tiles and barriers (dumped in %s)", dir);
+  remove_tree(dir);
+  lm_program_t *ps[3] = {tiled, plain, want};
+  check_rng r = check_rng_new(7);
+  for (size_t c = 0; c < CHECK_COUNT(sizes); c++) {
+    int64_t M = sizes[c][0], K = sizes[c][1], N = sizes[c][2];
+    float *a = rand_floats(&r, (size_t)(M * K), -1, 1), *b = rand_floats(&r, (size_t)(K * N), -1, 1),
+          *cc = rand_floats(&r, (size_t)(M * N), -1, 1), *y[3];
+    for (int i = 0; i < 3; i++) {
+      OK(lm_program_bind(ps[i], "M", M));
+      OK(lm_program_bind(ps[i], "K", K));
+      OK(lm_program_bind(ps[i], "N", N));
+      put(ps[i], "a", a, (size_t)(M * K));
+      put(ps[i], "b", b, (size_t)(K * N));
+      put(ps[i], "c", cc, (size_t)(M * N));
+      OK(lm_program_run(ps[i]));
+      y[i] = get(ps[i], "y", (size_t)(M * N));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%lldx%lld times %lldx%lld, tiled vs ref", (long long)M, (long long)K, (long long)K,
+             (long long)N);
+    expect_bits(what, y[0], y[2], (size_t)(M * N));
+    snprintf(what, sizeof what, "%lldx%lld times %lldx%lld, plain vs ref", (long long)M, (long long)K, (long long)K,
+             (long long)N);
+    expect_bits(what, y[1], y[2], (size_t)(M * N));
+    for (int i = 0; i < 3; i++) free(y[i]);
+    free(a);
+    free(b);
+    free(cc);
+  }
+  for (int i = 0; i < 3; i++) lm_program_free(ps[i]);
+  lm_backend_free(dev);
+  lm_backend_free(ref);
+  lm_graph_free(g);
+}
+
+/* step: h' = W h + x_t per env (h [N, 24] state, W [24, 24] a parameter every env reads in the
+ * time loop: staged in shared memory once per work-group); y_t = h'. */
+Test(device_gpu_schedule, a_matvec_scan_with_staged_weights_is_one_kernel_and_matches_ref_bit_for_bit, .timeout = 120) {
+  char dir[] = "/tmp/lumen-gpu-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, 24});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 24});
+  lm_tensor w = lm_input(g, "W", LM_ROLE_PARAM, 2, (lm_dim[]){24, 24});
+  lm_tensor h2 = lm_add(lm_mul_scalar(lm_matmul(h, lm_transpose(w, 0, 1)), 0.25f), x);
+  OK(lm_output(h2, "y"));
+  OK(lm_assign(h, h2));
+  scan_case sc = {"staged matvec", g, 0, {"x"}, 1, {"h"}, 1, {"y"}, 1};
+  setenv("LUMEN_DUMP", dir, 1);
+  int k = run_scan_case(&sc, scan_sizes, CHECK_COUNT(scan_sizes), 2, 3);
+  unsetenv("LUMEN_DUMP");
+  cr_assert_eq(k, 1, "the staged scan took %d kernels per run", k);
+  cr_assert(dumped_with(dir, DEVICE_SHARED) >= 1 && dumped_with(dir, DEVICE_BARRIER) >= 1,
+            "the scan's device source stages nothing in shared memory (dumped in %s)", dir);
+  remove_tree(dir);
+}
+
 /* ================================================================ opencl only */
 
 #include "nvrtc.h" /* lm_opencl_build_check */

@@ -995,3 +995,57 @@ Test(render_msl, kernels_carry_metal_qualifiers_and_buffer_indices) {
   free(src);
   fx_free(f);
 }
+
+/* ================================================================ work-group schedules */
+
+#include "compile.h"
+#include "gpu.h"
+#include "lumen/lumen.h"
+
+/* A matmul plan with compiler/gpu.c's tiles: the kernel has work-groups of 256 and shared
+ * arrays; every GPU dialect declares them shared, waits at its own barrier and reads the
+ * group and thread indices; C refuses it, naming why; a barrier outside a work-group schedule
+ * is refused too. */
+Test(render, work_group_schedules_render_shared_arrays_and_barriers_in_gpu_dialects_only) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim M = lm_sym(g, "M"), K = lm_sym(g, "K"), N = lm_sym(g, "N");
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){M, K});
+  lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){K, N});
+  cr_assert_eq(lm_output(lm_matmul(a, b), "y"), LM_OK);
+  lm_compiled comp;
+  cr_assert_eq(lm_compile(g, NULL, &comp), LM_OK, "%s", lm_last_error());
+  lm_gpu_options go;
+  lm_gpu_options_default(&go, 48 * 1024);
+  cr_assert_eq(lm_schedule_gpu(comp.plan, &go), 1, "the matmul was not tiled");
+  const lm_kernel *k = &comp.plan->kernels[0];
+  cr_assert_eq(k->group, 256);
+  cr_assert(k->nshared >= 2, "no shared arrays");
+  static const struct {
+    lm_dialect d;
+    const char *shared, *barrier, *index;
+  } want[] = {
+      {LM_DIALECT_CUDA, "__shared__ float", "__syncthreads();", "blockIdx.x"},
+      {LM_DIALECT_OPENCL, "__local float", "barrier(CLK_LOCAL_MEM_FENCE);", "get_group_id(0)"},
+      {LM_DIALECT_MSL, "threadgroup float", "threadgroup_barrier(mem_flags::mem_threadgroup);",
+       "[[thread_position_in_threadgroup]]"},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    char *src = lm_render_plan(comp.plan, want[i].d);
+    cr_assert(src, "%s: %s", lm_dialect_name(want[i].d), lm_last_error());
+    cr_assert(strstr(src, want[i].shared) && strstr(src, want[i].barrier) && strstr(src, want[i].index),
+              "%s source lacks %s / %s / %s:\n%s", lm_dialect_name(want[i].d), want[i].shared, want[i].barrier,
+              want[i].index, src);
+    cr_assert_null(strstr(src, "if (gid >= total) return;"), "a work-group kernel must not return early");
+    lm_free(src);
+  }
+  cr_assert_null(lm_render_plan(comp.plan, LM_DIALECT_C));
+  cr_assert(strstr(lm_last_error(), "GPU dialect"), "%s", lm_last_error());
+  /* a barrier in a kernel without work-groups */
+  lm_kernel *kk = &comp.plan->kernels[0];
+  kk->group = 0;
+  for (size_t i = 0; i < kk->nshared; i++) kk->shared[i] = 0;
+  cr_assert_null(lm_render_plan(comp.plan, LM_DIALECT_CUDA));
+  cr_assert(strstr(lm_last_error(), "barrier") || strstr(lm_last_error(), "thread loop"), "%s", lm_last_error());
+  lm_compiled_free(&comp);
+  lm_graph_free(g);
+}

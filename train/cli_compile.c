@@ -104,16 +104,18 @@ int lm_cli_compile(int argc, char **argv) {
   lm_status st = lm_compile_iteration(env, target, arch, &r);
   if (r.compiler[0]) printf("%s: %s kernels, %s\n", env, lm_target_name(target), r.compiler);
   if (r.n) {
-    printf("%-8s %-34s %9s %11s %12s %11s\n", "graph", "kernel", "registers", "stack bytes", "spill stores",
-           "spill loads");
+    printf("%-8s %-34s %9s %11s %12s %11s %12s %5s\n", "graph", "kernel", "registers", "stack bytes", "spill stores",
+           "spill loads", "shared bytes", "group");
     for (size_t i = 0; i < r.n; i++) {
       const lm_kernel_report *k = &r.kernels[i];
-      char reg[16], stack[16], ss[16], sl[16];
+      char reg[16], stack[16], ss[16], sl[16], sh[16], grp[16];
       cell(reg, sizeof reg, k->registers);
       cell(stack, sizeof stack, k->stack_bytes);
       cell(ss, sizeof ss, k->spill_stores);
       cell(sl, sizeof sl, k->spill_loads);
-      printf("%-8s %-34s %9s %11s %12s %11s\n", k->graph, k->kernel, reg, stack, ss, sl);
+      cell(sh, sizeof sh, k->shared_bytes);
+      cell(grp, sizeof grp, k->group > 0 ? k->group : -1);
+      printf("%-8s %-34s %9s %11s %12s %11s %12s %5s\n", k->graph, k->kernel, reg, stack, ss, sl, sh, grp);
     }
   }
   size_t n = r.n;

@@ -143,7 +143,7 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   lm_compiled comp;
   lm_search_options so;
   lm_search_options_init(&so); /* budget from $LUMEN_SEARCH_BUDGET; 0 = the default schedule */
-  lm_compile_options co = {.search = &so, .stage = 1, .lanes = scan_lanes()};
+  lm_compile_options co = {.search = &so, .interchange = 1, .stage = 1, .lanes = scan_lanes()};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "compile.h"
+#include "gpu.h"
 #include "memplan.h"
 #include "nvrtc.h"
 #include "render.h"
@@ -306,7 +307,8 @@ static lm_status cuda_sync(void *ctx) {
 /* ---------------------------------------------------------------- programs */
 
 enum {
-  BLOCK = 256, /* threads per block */
+  BLOCK = 256, /* threads per block (one thread per point; work-group schedules bring their own) */
+  SHARED_BYTES = 48 * 1024, /* static shared memory a block may use without an opt-in */
   NSLOT = 4,   /* pinned host copies of the parameter block in flight */
 };
 
@@ -399,6 +401,11 @@ static lm_status cuda_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
+  if (lm_gpu_schedules_enabled()) { /* shared-memory tiles and staged weights (compiler/gpu.c) */
+    lm_gpu_options go;
+    lm_gpu_options_default(&go, SHARED_BYTES);
+    lm_schedule_gpu(x->plan, &go);
+  }
   st = LM_ERR_NOMEM;
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   x->base = lm_calloc(x->plan->nbufs + 1, sizeof *x->base);
@@ -502,12 +509,13 @@ static lm_status enqueue(cuda_ctx *c, cuda_exe *x, const uint64_t *host, int64_t
     for (size_t i = 0; i < plan->nkernels; i++) {
       long long total = x->layout.work[i];
       if (total <= 0) continue;
-      unsigned long long blocks = ((unsigned long long)total + BLOCK - 1) / BLOCK;
+      unsigned block = plan->kernels[i].group > 0 ? (unsigned)plan->kernels[i].group : BLOCK;
+      unsigned long long blocks = ((unsigned long long)total + block - 1) / block;
       if (blocks > 0x7fffffffull)
         return lm_fail(LM_ERR_UNSUPPORTED, "cuda: kernel %s needs %llu blocks (more than a 1-D grid holds)",
                        plan->kernels[i].name, blocks);
       void *args[] = {&B, &S, &R, &total};
-      lm_status st = CU(cu.LaunchKernel(x->fns[i], (unsigned)blocks, 1, 1, BLOCK, 1, 1, 0, c->stream, args, NULL));
+      lm_status st = CU(cu.LaunchKernel(x->fns[i], (unsigned)blocks, 1, 1, block, 1, 1, 0, c->stream, args, NULL));
       if (st != LM_OK) return st;
     }
     for (size_t i = 0; i < plan->ncopies; i++) {

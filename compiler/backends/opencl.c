@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "compile.h"
+#include "gpu.h"
 #include "memplan.h"
 #include "nvrtc.h"
 #include "render.h"
@@ -47,6 +48,7 @@ enum {
   CL_DEVICE_TYPE_ = 0x1000,
   CL_DEVICE_MAX_WORK_GROUP_SIZE_ = 0x1004,
   CL_DEVICE_MEM_BASE_ADDR_ALIGN_ = 0x1019,
+  CL_DEVICE_LOCAL_MEM_SIZE_ = 0x1023,
   CL_DEVICE_NAME_ = 0x102B,
   CL_PROGRAM_BUILD_LOG_ = 0x1183,
   CL_KERNEL_WORK_GROUP_SIZE_ = 0x11B0,
@@ -63,6 +65,7 @@ enum {
 _Static_assert(CL_NO_PLATFORM == CL_PLATFORM_NOT_FOUND_KHR && CL_BUILD_FAILURE == CL_BUILD_PROGRAM_FAILURE, "cl.h");
 _Static_assert(CL_PLATFORM_NAME_ == CL_PLATFORM_NAME && CL_DEVICE_TYPE_ == CL_DEVICE_TYPE, "cl.h");
 _Static_assert(CL_DEVICE_MAX_WORK_GROUP_SIZE_ == CL_DEVICE_MAX_WORK_GROUP_SIZE, "cl.h");
+_Static_assert(CL_DEVICE_LOCAL_MEM_SIZE_ == CL_DEVICE_LOCAL_MEM_SIZE, "cl.h");
 _Static_assert(CL_DEVICE_MEM_BASE_ADDR_ALIGN_ == CL_DEVICE_MEM_BASE_ADDR_ALIGN && CL_DEVICE_NAME_ == CL_DEVICE_NAME, "cl.h");
 _Static_assert(CL_PROGRAM_BUILD_LOG_ == CL_PROGRAM_BUILD_LOG && CL_KERNEL_WORK_GROUP_SIZE_ == CL_KERNEL_WORK_GROUP_SIZE, "cl.h");
 _Static_assert(CL_BUFFER_CREATE_TYPE_REGION_ == CL_BUFFER_CREATE_TYPE_REGION && CL_MEM_READ_WRITE_ == CL_MEM_READ_WRITE, "cl.h");
@@ -196,6 +199,7 @@ typedef struct cl_context_ {
   cl_ctx ctx;
   cl_queue queue;
   size_t max_wg;
+  uint64_t local_mem; /* CL_DEVICE_LOCAL_MEM_SIZE: work-group shared memory in bytes */
   size_t align; /* sub-buffer offsets: CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes */
   char name[512];
 } ocl_ctx;
@@ -284,6 +288,7 @@ static lm_status ocl_open(void **out) {
   lm_status st = pick_device(&c->dev, c->name, sizeof c->name);
   cl_uint_ align_bits = 0;
   if (st == LM_OK) st = CL(cl.GetDeviceInfo(c->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE_, sizeof c->max_wg, &c->max_wg, NULL));
+  if (st == LM_OK) st = CL(cl.GetDeviceInfo(c->dev, CL_DEVICE_LOCAL_MEM_SIZE_, sizeof c->local_mem, &c->local_mem, NULL));
   if (st == LM_OK) st = CL(cl.GetDeviceInfo(c->dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN_, sizeof align_bits, &align_bits, NULL));
   if (st == LM_OK) {
     c->align = align_bits / 8 > 64 ? align_bits / 8 : 64;
@@ -476,6 +481,13 @@ static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
+  if (lm_gpu_schedules_enabled()) {
+    lm_gpu_options go;
+    lm_gpu_options_default(&go, (int64_t)c->local_mem);
+    if (c->max_wg < 256) go.tile_matmuls = 0;
+    if (c->max_wg < (size_t)go.scan_threads) go.stage_shared_bytes = 0;
+    lm_schedule_gpu(x->plan, &go);
+  }
   st = LM_ERR_NOMEM;
   size_t nb = x->plan->nbufs + 1, nk = x->plan->nkernels + 1;
   x->kernels = lm_calloc(nk, sizeof *x->kernels);
@@ -501,9 +513,18 @@ static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
     size_t wg = 0;
     if ((st = CL(cl.GetKernelWorkGroupInfo(x->kernels[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE_, sizeof wg, &wg, NULL))) != LM_OK)
       goto fail;
-    size_t local = LOCAL;
-    if (wg && wg < local) local = wg;
-    if (c->max_wg && c->max_wg < local) local = c->max_wg;
+    size_t local = LOCAL, group = (size_t)x->plan->kernels[i].group;
+    if (group) { /* a work-group schedule: exactly its threads, or it cannot run */
+      if (wg && wg < group) {
+        st = lm_fail(LM_ERR_COMPILE, "opencl: kernel %s needs work-groups of %zu threads; the device allows %zu for it",
+                     name, group, wg);
+        goto fail;
+      }
+      local = group;
+    } else {
+      if (wg && wg < local) local = wg;
+      if (c->max_wg && c->max_wg < local) local = c->max_wg;
+    }
     x->local[i] = local ? local : 1;
   }
   CL_OUT(x->dummy, cl.CreateBuffer(c->ctx, CL_MEM_READ_WRITE_, 64, NULL, &e_));
