@@ -36,6 +36,8 @@ typedef struct cpu_exe {
   uint8_t *per_step;
   int fused; /* the scan runs as one plan over all steps */
   uint8_t *fine; /* per kernel: chunks may split its outer loop anywhere (see cpu_step) */
+  int lanes;     /* envs per block of the fused scan in lanes (1: none) */
+  struct cpu_exe *narrow; /* the same scan in blocks of NARROW_LANES, for few envs (or NULL) */
 } cpu_exe;
 
 static lm_status cpu_open(void **out) {
@@ -99,6 +101,7 @@ static void cpu_unprepare(void *ctx, void *p) {
   lm_free(x->bufs);
   lm_free(x->per_step);
   lm_free(x->fine);
+  if (x->narrow) cpu_unprepare(ctx, x->narrow);
   lm_free(x);
 }
 
@@ -128,7 +131,7 @@ static int symbolic_inner_loop(const lm_plan *p, size_t i) {
   return k->npar > 0 && k->nloops > 0 && symbolic_below(&p->g->x, k, &k->loops[0].body);
 }
 
-static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
+static lm_status prepare_lanes(void *ctx, lm_graph_t *g, const lm_scan_info *scan, int lanes, cpu_exe **out) {
   cpu_ctx *c = ctx;
   cpu_exe *x = lm_calloc(1, sizeof *x);
   if (!x) return LM_ERR_NOMEM;
@@ -143,11 +146,12 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   lm_compiled comp;
   lm_search_options so;
   lm_search_options_init(&so); /* budget from $LUMEN_SEARCH_BUDGET; 0 = the default schedule */
-  lm_compile_options co = {.search = &so, .interchange = 1, .stage = 1, .lanes = scan_lanes()};
+  lm_compile_options co = {.search = &so, .interchange = 1, .stage = 1, .lanes = lanes};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
+  x->lanes = comp.lanes > 1 ? comp.lanes : 1;
   st = LM_ERR_NOMEM;
   if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
   lm_dump_source("cpu", "c", src, x->plan);
@@ -176,6 +180,24 @@ fail:
   return st;
 }
 
+/* A fused scan in blocks of 32 envs leaves most threads idle, and most lanes empty, when there
+ * are few envs (PPO's default 16): such scans are also compiled in blocks of 8, and a run
+ * takes that form while the wide one has fewer than two blocks per thread. */
+enum { NARROW_LANES = 8 };
+
+static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
+  cpu_exe *x = NULL;
+  int lanes = scan_lanes();
+  lm_status st = prepare_lanes(ctx, g, scan, lanes, &x);
+  if (st == LM_OK && x->lanes > NARROW_LANES && !getenv("LUMEN_SCAN_LANES") &&
+      (st = prepare_lanes(ctx, g, scan, NARROW_LANES, &x->narrow)) != LM_OK) {
+    cpu_unprepare(ctx, x);
+    return st;
+  }
+  if (st == LM_OK) *out = x;
+  return st;
+}
+
 /* Chunks are whole blocks of BLOCK iterations of the outer loop: the C compiler may
  * vectorise that loop (even over an inner one it unrolled), and libmvec's SIMD math differs
  * from scalar libm in the last bits, so chunk borders must fall where every thread count puts
@@ -201,17 +223,16 @@ static void run_chunk(void *arg, int64_t start, int64_t end) {
   l->fn(l->bufs, l->syms, l->rng, s, e < l->n ? e : l->n);
 }
 
-static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
-  cpu_ctx *c = ctx;
-  cpu_exe *x = p;
+/* The plan's layout (sizes, offsets, the arena) under these symbol values. */
+static lm_status ensure_layout(cpu_exe *x, const int64_t *syms) {
   const lm_plan *plan = x->plan;
   size_t ns = x->g->x.nsyms;
-  if (!x->have_layout || (ns && memcmp(x->layout_syms, args->syms, ns * sizeof *args->syms))) {
+  if (!x->have_layout || (ns && memcmp(x->layout_syms, syms, ns * sizeof *syms))) {
     lm_layout_free(&x->layout);
     x->have_layout = 0;
-    lm_status st = lm_layout_compute(plan, args->syms, &x->layout);
+    lm_status st = lm_layout_compute(plan, syms, &x->layout);
     if (st != LM_OK) return st;
-    if (ns) memcpy(x->layout_syms, args->syms, ns * sizeof *args->syms);
+    if (ns) memcpy(x->layout_syms, syms, ns * sizeof *syms);
     x->have_layout = 1;
     if (x->layout.arena_bytes > x->arena_cap) {
       char *a = lm_realloc(x->arena, x->layout.arena_bytes);
@@ -220,6 +241,15 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
       x->arena_cap = x->layout.arena_bytes;
     }
   }
+  return LM_OK;
+}
+
+static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
+  cpu_ctx *c = ctx;
+  cpu_exe *x = p;
+  const lm_plan *plan = x->plan;
+  lm_status st = ensure_layout(x, args->syms);
+  if (st != LM_OK) return st;
   for (size_t i = 0; i < plan->nbufs; i++) {
     const lm_pbuf *b = &plan->bufs[i];
     x->bufs[i] = b->kind == LM_BUF_INPUT    ? args->inputs[b->index]
@@ -244,10 +274,16 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
 }
 
 static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
+  cpu_ctx *c = ctx;
   cpu_exe *x = p;
   if (x->fused) {
     lm_run_args a = *args;
     a.run = args->run * (uint64_t)args->syms[x->scan.sym_T];
+    if (x->narrow) {
+      lm_status st = ensure_layout(x, args->syms);
+      if (st != LM_OK) return st;
+      if (x->layout.extent[0] < 2 * (int64_t)lm_pool_size(c->pool)) return cpu_step(ctx, x->narrow, &a);
+    }
     return cpu_step(ctx, p, &a);
   }
   return x->scan.active ? lm_scan_by_steps(ctx, p, x->g, &x->scan, args, cpu_step) : cpu_step(ctx, p, args);
