@@ -22,7 +22,12 @@
  * Accesses that name the env are guarded by env < E (the last group may be partial).
  *
  * Both schedules leave the arithmetic and its order unchanged: results are bitwise those of
- * the default mapping. */
+ * the default mapping.
+ *
+ * Long reductions (512+ terms or a symbolic count) under the innermost parallel loop that no
+ * tile took get a work-group of 256 threads per output: strided partials, then a tree of
+ * barriers in shared memory (the GPU's usual reduction). A sum's terms are then added in a
+ * different order: it rounds differently from the sequential loop (within n eps sum |x|). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -392,6 +397,172 @@ static int try_tile(const lm_plan *p, const lm_kernel *k, lm_kernel *n) {
   return finish(&b);
 }
 
+/* ---------------------------------------------------------------- work-group reductions */
+
+enum { RED_THREADS = 256, RED_MIN = 512, MAX_ACCS = 4 };
+
+typedef struct rd {
+  int32_t P;              /* old: the innermost parallel loop */
+  int nacc;
+  uint32_t acc[MAX_ACCS]; /* old ACC statements updated in reduction loops */
+  uint8_t is_max[MAX_ACCS];
+  uint32_t sh[MAX_ACCS];  /* their shared arrays */
+} rd;
+
+/* par ...: acc = 0; for k (long or symbolic): acc (+|max)= f(k); tail; store  --  loops under
+ * the innermost parallel one are such reductions (merged kernels hold several), statements
+ * only inside them, and at least one is long. */
+static int reducible(gb *b, rd *q) {
+  const lm_kernel *k = b->k;
+  if (k->group || k->npar < 1 || k->nlocals) return 0;
+  q->P = k->npar - 1;
+  int long_one = 0;
+  for (int32_t l = -1; l < q->P; l++) {
+    const lm_block *bl = l < 0 ? &k->root : &k->loops[l].body;
+    for (size_t i = 0; i < bl->n; i++) {
+      lm_item it = bl->items[i];
+      if (it.is_loop ? (int32_t)it.id != l + 1 : k->stmts[it.id].op == LM_S_STORE) return 0;
+    }
+  }
+  const lm_block *pb = &k->loops[q->P].body;
+  for (size_t i = 0; i < pb->n; i++) {
+    lm_item it = pb->items[i];
+    if (!it.is_loop) continue;
+    if (k->loops[it.id].kind != LM_L_SERIAL) return 0;
+    const lm_xnode *e = lm_x_node(b->x, k->loops[it.id].extent);
+    long_one |= e->op != LM_X_CONST || e->v >= RED_MIN;
+    const lm_block *rb = &k->loops[it.id].body;
+    int updates = 0;
+    for (size_t j = 0; j < rb->n; j++) {
+      lm_item jt = rb->items[j];
+      if (jt.is_loop) return 0;
+      const lm_stmt *s = &k->stmts[jt.id];
+      if (s->op == LM_S_STORE || s->op == LM_S_ACC || s->op == LM_S_BARRIER || (s->op == LM_S_LOAD && s->local))
+        return 0;
+      if (s->op != LM_S_ACC_SUM && s->op != LM_S_ACC_MAX) continue;
+      for (int a = 0; a < q->nacc; a++)
+        if (q->acc[a] == s->a) return 0; /* one update per accumulator */
+      if (q->nacc == MAX_ACCS || k->stmts[s->a].loop != q->P) return 0;
+      q->is_max[q->nacc] = s->op == LM_S_ACC_MAX;
+      q->acc[q->nacc++] = s->a;
+      updates++;
+    }
+    if (!updates) return 0;
+  }
+  return long_one && q->nacc > 0;
+}
+
+/* One work-group of RED_THREADS per output: thread t folds terms t, t + 256, ... into its own
+ * partial (a max re-reads the last term past the end, a sum adds +0), the partials go to shared
+ * memory, and a tree of barriers halves them down to one; the tail and the store run where
+ * t == 0. A sum's terms are added in a different order than the sequential loop: a rounding
+ * change (max is exact). */
+static void tree(gb *b, rd *q) {
+  const lm_kernel *k = b->k;
+  lm_exprs *x = b->x;
+  lm_kernel *n = b->n;
+  lm_expr one = lm_x_const(x, 1), W = lm_x_const(x, RED_THREADS);
+  int32_t parent = -1;
+  for (int32_t l = 0; l <= q->P && b->ok; l++) {
+    parent = loop(b, parent, k->loops[l].extent, LM_L_PARALLEL);
+    b->vmap[l] = lm_x_var(x, parent);
+  }
+  int32_t th = parent < 0 ? -1 : loop(b, parent, W, LM_L_PARALLEL);
+  if (th < 0) return;
+  n->npar = k->npar + 1;
+  n->group = RED_THREADS;
+  lm_expr t = lm_x_var(x, th), first = lm_x_simplify(x, lm_x_lt(x, t, one), NULL);
+  uint32_t *sh = q->sh;
+  for (int a = 0; a < q->nacc; a++)
+    if ((sh[a] = lm_kernel_add_local(n, RED_THREADS, 1)) == UINT32_MAX) {
+      b->ok = 0;
+      return;
+    }
+  for (int32_t l = -1; l <= q->P && b->ok; l++) {
+    const lm_block *bl = l < 0 ? &k->root : &k->loops[l].body;
+    for (size_t i = 0; i < bl->n && b->ok; i++) {
+      lm_item it = bl->items[i];
+      if (it.is_loop && l != q->P) continue;
+      if (!it.is_loop) {
+        int ai = -1;
+        for (int a = 0; a < q->nacc; a++)
+          if (q->acc[a] == it.id) ai = a;
+        if (ai < 0 && k->stmts[it.id].op == LM_S_STORE) { /* the tail's stores: by thread 0 */
+          lm_stmt st = k->stmts[it.id];
+          st.a = b->smap[st.a];
+          st.loop = th;
+          st.idx = remap(b, st.idx);
+          st.valid = lm_x_simplify(x, and_(x, remap(b, st.valid), first), NULL);
+          if (!lm_kernel_use_buf(n, st.buf)) b->ok = 0;
+          b->smap[it.id] = add(b, st);
+        } else copy(b, it.id, th, 0, 0);
+        continue;
+      }
+      /* the strided partial sums of this loop's accumulators */
+      int32_t R = (int32_t)it.id;
+      lm_expr K = k->loops[R].extent;
+      int mine[MAX_ACCS] = {0}, any_max = 0;
+      for (size_t j = 0; j < k->loops[R].body.n; j++) {
+        const lm_stmt *u = &k->stmts[k->loops[R].body.items[j].id];
+        if (u->op == LM_S_ACC_SUM || u->op == LM_S_ACC_MAX)
+          for (int a = 0; a < q->nacc; a++)
+            if (q->acc[a] == u->a) mine[a] = 1, any_max |= q->is_max[a];
+      }
+      int32_t rr = loop(b, th, ceil_div(x, K, RED_THREADS), LM_L_SERIAL);
+      if (rr < 0) return;
+      lm_expr kv = lm_x_add(x, lm_x_mul(x, lm_x_var(x, rr), W), t);
+      lm_expr in_k = lm_x_simplify(x, lm_x_lt(x, kv, K), NULL);
+      lm_expr last = lm_x_sub(x, K, one); /* min(kv, K - 1) for the max: a repeated term */
+      lm_expr clamped = lm_x_add(x, kv, lm_x_mul(x, lm_x_lt(x, last, kv), lm_x_sub(x, last, kv)));
+      b->vmap[R] = any_max ? clamped : kv;
+      const lm_block *rb = &k->loops[R].body;
+      for (size_t ri = 0; ri < rb->n && b->ok; ri++) {
+        uint32_t sid = rb->items[ri].id;
+        const lm_stmt *o = &k->stmts[sid];
+        if (o->op == LM_S_ACC_SUM) { /* past the end: + 0 */
+          lm_stmt sel = {.op = LM_S_SELECT, .loop = rr, .a = b->smap[o->b], .valid = in_k};
+          lm_stmt up = *o;
+          up.loop = rr;
+          up.a = b->smap[o->a];
+          up.b = add(b, sel);
+          b->smap[sid] = add(b, up);
+        } else copy(b, sid, rr, any_max ? 0 : in_k, (uint64_t)1 << R);
+      }
+      /* partials to shared memory, then the tree */
+      for (int a = 0; a < q->nacc && b->ok; a++)
+        if (mine[a])
+          add(b, (lm_stmt){.op = LM_S_STORE, .loop = th, .buf = sh[a], .local = 1, .idx = t, .a = b->smap[q->acc[a]],
+                         .valid = one});
+      add(b, (lm_stmt){.op = LM_S_BARRIER, .loop = th});
+      for (int half = RED_THREADS / 2; half >= 1 && b->ok; half /= 2) {
+        lm_expr low = lm_x_simplify(x, lm_x_lt(x, t, lm_x_const(x, half)), NULL);
+        lm_expr up = lm_x_simplify(x, lm_x_add(x, t, lm_x_const(x, half)), NULL);
+        for (int a = 0; a < q->nacc && b->ok; a++) {
+          if (!mine[a]) continue;
+          uint32_t u = add(b, (lm_stmt){.op = LM_S_LOAD, .loop = th, .buf = sh[a], .local = 1, .idx = t, .valid = low});
+          uint32_t v = add(b, (lm_stmt){.op = LM_S_LOAD, .loop = th, .buf = sh[a], .local = 1, .idx = up, .valid = low});
+          uint32_t s2 = add(b, (lm_stmt){.op = q->is_max[a] ? LM_S_MAX : LM_S_ADD, .loop = th, .a = u, .b = v});
+          add(b, (lm_stmt){.op = LM_S_STORE, .loop = th, .buf = sh[a], .local = 1, .idx = t, .a = s2, .valid = low});
+        }
+        add(b, (lm_stmt){.op = LM_S_BARRIER, .loop = th});
+      }
+      /* the result, for the tail */
+      for (int a = 0; a < q->nacc && b->ok; a++)
+        if (mine[a])
+          b->smap[q->acc[a]] = add(b, (lm_stmt){.op = LM_S_LOAD, .loop = th, .buf = sh[a], .local = 1,
+                                              .idx = lm_x_const(x, 0), .valid = one});
+    }
+  }
+}
+
+static int try_tree(const lm_plan *p, const lm_kernel *k, lm_kernel *n) {
+  gb b;
+  rd q = {0};
+  if (start(&b, p, k, n) != LM_OK || !reducible(&b, &q)) b.ok = 0;
+  else tree(&b, &q);
+  return finish(&b);
+}
+
 static int try_stage(const lm_plan *p, const lm_kernel *k, lm_kernel *n, const lm_gpu_options *o) {
   if (k->group || k->npar != 1 || k->root.n != 1 || !k->root.items[0].is_loop || o->stage_shared_bytes < 4) return 0;
   st_t s = {lm_calloc(p->nbufs + 1, 1), lm_calloc(p->nbufs + 1, sizeof(uint32_t))};
@@ -410,6 +581,7 @@ int lm_schedule_gpu(lm_plan *p, const lm_gpu_options *o) {
     lm_kernel n;
     int done = o->tile_matmuls && try_tile(p, k, &n);
     if (!done) done = try_stage(p, k, &n, o);
+    if (!done && o->tree_reductions) done = try_tree(p, k, &n);
     if (done) {
       lm_kernel_free(&p->kernels[ki]);
       p->kernels[ki] = n;
@@ -428,6 +600,7 @@ int lm_gpu_schedules_enabled(void) {
 void lm_gpu_options_default(lm_gpu_options *o, int64_t shared_bytes) {
   memset(o, 0, sizeof *o);
   o->tile_matmuls = 1;
+  o->tree_reductions = 1;
   /* leave a quarter of the work-group memory to the tiles of other kernels' compilers */
   o->stage_shared_bytes = shared_bytes > 0 ? shared_bytes * 3 / 4 : 0;
   o->scan_threads = 64;

@@ -15,13 +15,15 @@
  * - work-group schedules (compiler/gpu.c): matmuls in shared-memory tiles and a matvec scan with
  *   its weights staged in shared memory, bit for bit against ref and against the plain
  *   one-thread-per-point mapping (LUMEN_GPU_SCHEDULE=0), for sizes that fill no tile, cut tiles
- *   and fill many, with the device source checked for shared arrays and barriers;
+ *   and fill many, with the device source checked for shared arrays and barriers; tree
+ *   reductions: row sums and maxima of 1 to 5000 terms (max bit for bit, sums within n eps);
  * - opencl only: LUMEN_OPENCL_DEVICE, build errors (log + source + a file keeping both), the
  *   `rltrain compile --target opencl` path for CartPole, and "auto" never picking opencl.
  *
  * Tolerances: as in test_cpu.c, |device - ref| <= 2e-5 |ref| + 1e-5 S for values downstream of
- * sin/exp2/log2 (S bounds their magnitude); everything else (+, *, 1/x and sqrt correctly
- * rounded, fmod, <, max, sequential sums, RAND) must match bit for bit: OpenCL is built with
+ * sin/exp2/log2 and of sums over symbolic or 512+ terms (the device adds those in a tree; S
+ * bounds their magnitude); everything else (+, *, 1/x and sqrt correctly rounded, fmod, <, max,
+ * shorter sums, RAND) must match bit for bit: OpenCL is built with
  * -cl-fp32-correctly-rounded-divide-sqrt and FP_CONTRACT OFF, CUDA with --fmad=false. Outputs
  * are NaN-poisoned before every read. */
 #define _DEFAULT_SOURCE /* mkdtemp, setenv */
@@ -148,6 +150,7 @@ enum { PROGRAMS = 2 };
 
 static void property_part(int part) {
   lm_backend_t *dev = open_device(), *ref = open_ref();
+  rg_sums_reordered = 1; /* work-group tree reductions (compiler/gpu.c) */
   char dir[] = "/tmp/lumen-test-" DEVICE "-XXXXXX";
   cr_assert(mkdtemp(dir));
   setenv("LUMEN_DUMP", dir, 1);
@@ -609,6 +612,61 @@ Test(device_gpu_schedule, a_matvec_scan_with_staged_weights_is_one_kernel_and_ma
   cr_assert(dumped_with(dir, DEVICE_SHARED) >= 1 && dumped_with(dir, DEVICE_BARRIER) >= 1,
             "the scan's device source stages nothing in shared memory (dumped in %s)", dir);
   remove_tree(dir);
+}
+
+/* y[i] = sum_k x[i, k] and z[i] = max_k x[i, k] + y[i] over a symbolic row length K: a tree of
+ * barriers per row on the device. The max is exact in any order (bit for bit); the sum is
+ * compared within K eps sum |x| (a different order of additions). */
+Test(device_gpu_schedule, tree_reductions_of_long_rows_match_ref, .timeout = 120) {
+  static const int64_t ks[] = {1, 255, 256, 257, 5000};
+  char dir[] = "/tmp/lumen-gpu-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  lm_graph_t *g = lm_graph_new();
+  lm_dim K = lm_sym(g, "K");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){3, K});
+  lm_tensor y = lm_sum_reduce(x, 1);
+  OK(lm_output(y, "y"));
+  OK(lm_output(lm_max_reduce(x, 1), "z"));
+  lm_backend_t *dev = open_device(), *ref = open_ref();
+  setenv("LUMEN_DUMP", dir, 1);
+  lm_program_t *pd = lm_program_new(dev, g);
+  unsetenv("LUMEN_DUMP");
+  lm_program_t *pr = lm_program_new(ref, g);
+  cr_assert(pd && pr, "%s", lm_last_error());
+  cr_assert(dumped_with(dir, DEVICE_BARRIER) >= 1, "no tree reduction in the device source (dumped in %s)", dir);
+  remove_tree(dir);
+  check_rng r = check_rng_new(11);
+  for (size_t c = 0; c < CHECK_COUNT(ks); c++) {
+    size_t n = (size_t)(3 * ks[c]);
+    float *xs = rand_floats(&r, n, -1, 1);
+    lm_program_t *ps[2] = {pd, pr};
+    float *got[2][2];
+    for (int i = 0; i < 2; i++) {
+      OK(lm_program_bind(ps[i], "K", ks[c]));
+      put(ps[i], "x", xs, n);
+      OK(lm_program_run(ps[i]));
+      got[i][0] = get(ps[i], "y", 3);
+      got[i][1] = get(ps[i], "z", 3);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "row max of %lld", (long long)ks[c]);
+    expect_bits(what, got[0][1], got[1][1], 3);
+    for (int row = 0; row < 3; row++) {
+      double abs_sum = 0;
+      for (int64_t k = 0; k < ks[c]; k++) abs_sum += fabs((double)xs[row * ks[c] + k]);
+      double tol = (double)ks[c] * 0x1p-23 * abs_sum + 1e-30;
+      cr_assert(fabs((double)got[0][0][row] - (double)got[1][0][row]) <= tol,
+                "row sum of %lld, row %d: device %.9g, ref %.9g (tolerance %.3g)", (long long)ks[c], row,
+                (double)got[0][0][row], (double)got[1][0][row], tol);
+    }
+    for (int i = 0; i < 2; i++) free(got[i][0]), free(got[i][1]);
+    free(xs);
+  }
+  lm_program_free(pd);
+  lm_program_free(pr);
+  lm_backend_free(dev);
+  lm_backend_free(ref);
+  lm_graph_free(g);
 }
 
 /* ================================================================ opencl only */

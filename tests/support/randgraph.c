@@ -206,6 +206,8 @@ static void interval_mul(double alo, double ahi, double blo, double bhi,
 }
 
 /* A result value combining a and b (exactness, error scale). */
+int rg_sums_reordered = 0;
+
 static val combine(const val *a, const val *b) {
   val r = {0};
   r.exact = a->exact && (!b || b->exact);
@@ -433,6 +435,10 @@ static int op_reduce(gen *G, sub *s) {
       r.lo = (double)k * av.lo, r.hi = (double)k * av.hi;
     if (mag(&r) > MAG_CAP)
       return again > 0;
+    if (!max && rg_sums_reordered && (symbolic || k >= 512)) { /* a device's tree sum rounds differently */
+      r.exact = 0;
+      r.err = fmax(r.err, mag(&r));
+    }
     int form =
         rnd(G, 3); /* primitive, lm_sum/lm_max with keepdim, negative axis */
     if (form == 0 && !keep)

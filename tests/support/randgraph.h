@@ -77,6 +77,11 @@ typedef struct rg_gen {
   int nout;
 } rg_gen;
 
+/* Set by device suites whose backend sums long or symbolic reductions in a tree
+ * (compiler/gpu.c): such sums are then inexact (compared within the tolerance,
+ * scaled by the sum's magnitude) instead of bit for bit. 0 by default. */
+extern int rg_sums_reordered;
+
 /* Fills G (zeroed first) with a fresh graph of RG_NSUB random graphs from
  * `seed`; validated. */
 void rg_program(rg_gen *G, uint64_t seed);
