@@ -11,10 +11,28 @@
  * loop needs from another one travels through a small per-lane array; statements that do
  * not depend on the env (weights, constants) sit outside the lane loops and are shared by
  * all lanes; accumulators become per-lane arrays updated in place. Each env computes the
- * same operations in the same order as before. */
+ * same operations in the same order as before.
+ *
+ * RAND draws one word of a Philox block (four words) per element; when four consecutive envs
+ * share a block (one draw per env: element = env, a random action or a sampled one), the
+ * blocks are drawn once for the whole lane block, four words to a lane of a short loop before
+ * the lane loop that reads them, instead of once per env: one Philox evaluation per four
+ * envs, the same values (rlbench envs, 1 thread: CartPole 8.7e7 -> 1.06e8 steps/s, mountaincar
+ * 9.7e7 -> 1.38e8). Two envs per block (a two-value reset) measured slower this way: the
+ * short drawing loop's dependent Philox rounds no longer overlap the step's arithmetic. */
 #include <string.h>
 
 #include "loopir.h"
+
+enum { MAX_SHARED_RANDS = 16 };
+
+/* The words of one RAND stream for the current lane block (see above). */
+typedef struct srand_ {
+  uint32_t stream, arr; /* the RAND's stream; the local array of L*c words */
+  int64_t c;
+  lm_expr step;         /* new variables */
+  int32_t parent;       /* the new loop whose block holds the drawing loop */
+} srand_;
 
 typedef struct ln {
   const lm_kernel *k; /* the fused scan kernel */
@@ -33,6 +51,8 @@ typedef struct ln {
   uint32_t *cache;    /* old statement -> its load from the spill array in cseg */
   int32_t *cseg;
   int32_t seg;        /* the lane loop open in the current block, -1 none */
+  srand_ rands[MAX_SHARED_RANDS];
+  int nrands;
   int ok;
 } ln;
 
@@ -136,6 +156,55 @@ static uint32_t value(ln *c, uint32_t o) {
   return c->cache[o] = add(c, ld, -1);
 }
 
+/* RAND element = env*cm + r with cm = 1 (r = 0) and L*cm a multiple of 4? (The code takes
+ * any cm dividing 4; see above for why only 1.) */
+static int shared_group(ln *c, const lm_stmt *s, int64_t *cm, int64_t *r) {
+  lm_exprs *x = c->x;
+  if (lm_x_vars_used(x, s->idx) != 1) return 0; /* the env alone */
+  for (int64_t m = 1; m <= 1; m++) {
+    if ((c->L * m) % 4) continue;
+    lm_expr d = lm_x_simplify(x, lm_x_sub(x, s->idx, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, m))), NULL);
+    const lm_xnode *dn = d ? lm_x_node(x, d) : NULL;
+    if (dn && dn->op == LM_X_CONST && dn->v >= 0 && dn->v < m) {
+      *cm = m;
+      *r = dn->v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The local array holding this block's words of the RAND stream, drawn (once per parent
+ * block) by a lane loop placed before the open lane loop. */
+static uint32_t shared_words(ln *c, const lm_stmt *s, int64_t cm, int32_t parent) {
+  lm_exprs *x = c->x;
+  lm_expr step = s->step ? remap(c, s->step) : 0;
+  for (int i = 0; i < c->nrands; i++) {
+    srand_ *q = &c->rands[i];
+    if (q->stream == s->stream && q->c == cm && q->step == step && q->parent == parent) return q->arr;
+  }
+  if (c->nrands == MAX_SHARED_RANDS) return UINT32_MAX;
+  uint32_t arr = new_local(c, c->L * cm);
+  int64_t groups = c->L * cm / 4;
+  int32_t g = lm_kernel_add_loop_before(c->n, parent, c->seg, lm_x_const(x, groups), LM_L_LANES);
+  if (g < 0 || !c->ok) {
+    c->ok = 0;
+    return UINT32_MAX;
+  }
+  /* element blk*L*cm + 4g + w: Philox block blk*L*cm/4 + g, word w */
+  lm_expr base = lm_x_add(x, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, groups)), lm_x_var(x, g));
+  for (int64_t w = 0; w < 4; w++) {
+    lm_stmt rs = {.op = LM_S_RAND, .loop = g, .stream = s->stream, .step = step,
+                  .idx = lm_x_simplify(x, lm_x_add(x, lm_x_mul(x, base, lm_x_const(x, 4)), lm_x_const(x, w)), NULL)};
+    uint32_t v = add(c, rs, -1);
+    lm_stmt st = {.op = LM_S_STORE, .loop = g, .buf = arr, .local = 1, .a = v, .valid = lm_x_const(x, 1),
+                  .idx = lm_x_simplify(x, lm_x_add(x, lm_x_mul(x, lm_x_var(x, g), lm_x_const(x, 4)), lm_x_const(x, w)), NULL)};
+    add(c, st, -1);
+  }
+  c->rands[c->nrands++] = (srand_){s->stream, arr, cm, step, parent};
+  return arr;
+}
+
 static void copy_stmt(ln *c, uint32_t old, int32_t parent) {
   lm_stmt s = c->k->stmts[old];
   lm_exprs *x = c->x;
@@ -172,6 +241,17 @@ static void copy_stmt(ln *c, uint32_t old, int32_t parent) {
                   .a = add(c, op, -1), .valid = one};
     c->smap[old] = add(c, st, -1);
     return;
+  }
+  int64_t cm, r;
+  if (s.op == LM_S_RAND && shared_group(c, &s, &cm, &r)) {
+    uint32_t arr = shared_words(c, &s, cm, parent);
+    if (arr != UINT32_MAX) {
+      lm_expr at = lm_x_add(x, lm_x_mul(x, lane, lm_x_const(x, cm)), lm_x_const(x, r));
+      lm_stmt ld = {.op = LM_S_LOAD, .loop = c->seg, .buf = arr, .local = 1, .idx = lm_x_simplify(x, at, NULL),
+                    .valid = one};
+      c->smap[old] = add(c, ld, -1);
+      return;
+    }
   }
   int m = lm_sop_operands(s.op);
   if (m & 1) s.a = value(c, s.a);

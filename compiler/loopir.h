@@ -156,6 +156,8 @@ void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 /* ---- building blocks used by the lowering and by search rewrites ---- */
 lm_kernel *lm_plan_add_kernel(lm_plan *p, const char *name);
 int32_t lm_kernel_add_loop(lm_kernel *k, int32_t parent, lm_expr extent, lm_loopkind kind);
+/* Like lm_kernel_add_loop, but placed before the child loop `before` of parent's block. */
+int32_t lm_kernel_add_loop_before(lm_kernel *k, int32_t parent, int32_t before, lm_expr extent, lm_loopkind kind);
 /* Appends a statement to the block of `loop`, before the item that holds `before_loop`
  * (a child loop that is still open), or at the end when before_loop < 0. */
 uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);

@@ -56,8 +56,7 @@ int32_t lm_kernel_add_loop(lm_kernel *k, int32_t parent, lm_expr extent, lm_loop
   return id;
 }
 
-/* Like lm_kernel_add_loop, but placed before the open child loop `before`. */
-static int32_t add_loop_before(lm_kernel *k, int32_t parent, int32_t before, lm_expr extent, lm_loopkind kind) {
+int32_t lm_kernel_add_loop_before(lm_kernel *k, int32_t parent, int32_t before, lm_expr extent, lm_loopkind kind) {
   if (!LM_GROW(k->loops, k->loopcap, k->nloops + 1)) return -1;
   int32_t id = (int32_t)k->nloops++;
   k->loops[id] = (lm_loop){.extent = extent, .kind = (uint8_t)kind, .parent = parent};
@@ -325,7 +324,7 @@ static uint32_t compute(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr vali
       return emit(b, (lm_stmt){.op = LM_S_CONST}, 0, -1);
     }
     int32_t saved = b->cur;
-    int32_t lp = add_loop_before(b->k, parent, open_child(b->k, saved, parent), ss->dim[n->axis], LM_L_SERIAL);
+    int32_t lp = lm_kernel_add_loop_before(b->k, parent, open_child(b->k, saved, parent), ss->dim[n->axis], LM_L_SERIAL);
     if (lp < 0 || !LM_GROW(b->extent, b->extcap, b->k->nloops)) return L->st = LM_ERR_NOMEM, 0;
     b->extent[lp] = ss->dim[n->axis];
     lm_stmt acc = {.op = LM_S_ACC, .loop = parent, .f = op == LM_OP_SUM_REDUCE ? 0.0f : -INFINITY};

@@ -485,12 +485,15 @@ static lm_graph_t *lanes_graph(void) {
                         lm_mul_scalar(q, 0.1f));
   OK(lm_output(h2, "y"));
   OK(lm_output(m, "z"));
+  /* draws whose Philox blocks are shared by consecutive envs (drawn once per lane block) */
+  OK(lm_output(lm_rand_stream(g, 7, 1, &N), "r1"));
+  OK(lm_output(lm_rand_stream(g, 8, 2, (lm_dim[]){N, 2}), "r2"));
   OK(lm_assign(h, h2));
   return g;
 }
 
 typedef struct lanes_run {
-  float *y, *z, *h;
+  float *y, *z, *h, *r1, *r2;
   int kernels;
 } lanes_run;
 
@@ -515,7 +518,8 @@ static lanes_run lanes_on(const char *backend, const char *lanes, const char *th
   put(p, "W", w, LH * LH);
   lm_program_set_seed(p, 77);
   OK(lm_program_run(p));
-  lanes_run out = {get(p, "y", tn), get(p, "z", (size_t)T * (size_t)N), get(p, "h", n), -1};
+  lanes_run out = {get(p, "y", tn), get(p, "z", (size_t)T * (size_t)N), get(p, "h", n),
+                   get(p, "r1", (size_t)T * (size_t)N), get(p, "r2", (size_t)T * (size_t)N * 2), -1};
   lm_program_stats s;
   if (lm_program_get_stats(p, &s) == LM_OK) out.kernels = s.kernels;
   free(h);
@@ -531,6 +535,8 @@ static void lanes_free(lanes_run *r) {
   free(r->y);
   free(r->z);
   free(r->h);
+  free(r->r1);
+  free(r->r2);
 }
 
 static void check_close_f(const char *what, const float *got, const float *want, size_t n, double rtol,
@@ -551,6 +557,10 @@ static void lanes_close(const char *what, const lanes_run *got, const lanes_run 
   check_close_f(w, got->z, want->z, (size_t)T * (size_t)N, 2e-5, 2e-6);
   snprintf(w, sizeof w, "%s (N=%lld): state h", what, (long long)N);
   check_close_f(w, got->h, want->h, n, 2e-5, 2e-6);
+  snprintf(w, sizeof w, "%s (N=%lld): RAND [N]", what, (long long)N);
+  expect_bits(w, got->r1, want->r1, (size_t)T * (size_t)N);
+  snprintf(w, sizeof w, "%s (N=%lld): RAND [N, 2]", what, (long long)N);
+  expect_bits(w, got->r2, want->r2, (size_t)T * (size_t)N * 2);
 }
 
 /* Envs that fill no whole block (of 32 or of 8), exactly one, one more, and many with a
