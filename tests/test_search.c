@@ -9,7 +9,13 @@
  *   compiles nothing and times nothing, and leaves the same code; corrupt, truncated and
  *   foreign lines are skipped, and the valid lines still apply;
  * - a zero budget leaves the default schedule; the search log names candidates and the winner;
- * - lm_search_bench runs both schedules side by side and they agree.
+ * - lm_search_bench runs both schedules side by side and they agree;
+ * - the genetic search: crossover takes every choice from a parent (or the greedy repair),
+ *   mutation changes a few choices and keeps the rest, offspring of offspring equal the reference
+ *   (matmul, adam), and a search of a 128^3 matmul (space far above the exhaustive limit) runs
+ *   more than one generation of candidates distinct by source, none wrong, each offspring naming
+ *   earlier parents, the winner timed ok, a log line per generation, and a warm cache that
+ *   searches nothing.
  * Searches use a fresh cache directory under $TMPDIR so no test sees another's decisions. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -39,6 +45,16 @@
 static lm_graph_t *matmul64(void) {
   lm_graph_t *g = lm_graph_new();
   lm_dim d[2] = {64, 64};
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, d), b = lm_input(g, "b", LM_ROLE_DATA, 2, d);
+  cr_assert_eq(lm_output(lm_matmul(a, b), "c"), LM_OK);
+  return g;
+}
+
+/* Large enough that its space is far above the exhaustive limit and the reference check runs the
+ * default schedule's code rather than the interpreter. */
+static lm_graph_t *matmul128(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim d[2] = {128, 128};
   lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, d), b = lm_input(g, "b", LM_ROLE_DATA, 2, d);
   cr_assert_eq(lm_output(lm_matmul(a, b), "c"), LM_OK);
   return g;
@@ -146,39 +162,95 @@ static void expect_close(const lm_plan *p, const bufs *got, const bufs *want, in
 
 /* ---------------------------------------------------------------- every candidate */
 
-static size_t check_all_candidates(lowered *l, const char *what) {
+/* Kernel ki of a lowered plan as a saturated e-graph (the search's kernel-stage limits) with the
+ * greedy choice per class. */
+typedef struct saturated {
+  lm_sk s;
+  uint32_t root;
+  size_t ncl;
+  double *cost;
+  uint32_t *best;
+} saturated;
+
+static void saturate(lowered *l, uint32_t ki, saturated *z, const char *what) {
+  OK(sk_init(&z->s, l->p));
+  z->s.stage = SK_STAGE_KERNEL;
+  z->root = sk_add_kernel(&z->s, ki, 0);
+  cr_assert_neq(z->root, LM_EG_NONE, "%s: kernel %u: %s", what, ki, z->s.why);
+  int nr;
+  const lm_rule *rules = sk_rules(&nr);
+  uint8_t enabled[64] = {0};
+  for (int r = 0; r < nr; r++) enabled[r] = (uint8_t)sk_rule_stage_ok(&z->s, r);
+  lm_run_limits lim = {.iterations = 8, .nodes = 40000, .seconds = 3, .match_limit = 1000, .ban_length = 2,
+                       .enabled = enabled};
+  lm_run_report rr = {0};
+  lm_eg_run(z->s.eg, rules, nr, &z->s, &lim, &rr);
+  z->ncl = z->s.eg->nclasses;
+  z->cost = malloc((z->ncl + 1) * sizeof *z->cost);
+  z->best = malloc((z->ncl + 1) * sizeof *z->best);
+  sk_greedy(&z->s, z->cost, z->best);
+}
+
+static void saturated_free(saturated *z) {
+  free(z->cost);
+  free(z->best);
+  sk_free(&z->s);
+}
+
+/* Genomes for the genetic mode: the first POP draws are random genomes, every later one an
+ * offspring of two (crossover, crossover then mutation) or one (mutation) earlier genomes. */
+enum { POP = 20 };
+
+/* Draw d of a term: d = 0 greedy; random genomes; in genetic mode, after POP, offspring. */
+static lm_status draw(saturated *z, int genetic, int d, uint64_t *rng, uint32_t **pop, int *npop, sk_term *t) {
+  uint32_t *g = malloc((z->ncl + 1) * sizeof *g);
+  lm_status st;
+  if (!genetic || d <= POP || *npop < 2) st = sk_extract(&z->s, z->root, z->best, NULL, d ? rng : NULL, 0, g, t);
+  else {
+    const uint32_t *a = pop[sk_rand(rng) % (uint64_t)*npop], *b = pop[sk_rand(rng) % (uint64_t)*npop];
+    switch (d % 3) {
+    case 0: st = sk_crossover(&z->s, z->root, z->best, a, b, rng, g, t); break;
+    case 1: st = sk_mutate(&z->s, z->root, z->best, a, 1 + (int)(d % 4), rng, g, t); break;
+    default: {
+      uint32_t *m = malloc((z->ncl + 1) * sizeof *m);
+      st = sk_crossover(&z->s, z->root, z->best, a, b, rng, m, t);
+      if (st == LM_OK) {
+        sk_term_free(t);
+        st = sk_mutate(&z->s, z->root, z->best, m, 1, rng, g, t);
+      }
+      free(m);
+    }
+    }
+  }
+  if (st == LM_OK && genetic && *npop < 4 * POP) pop[(*npop)++] = g;
+  else free(g);
+  return st;
+}
+
+/* Every distinct candidate (by kernel text) drawn from kernel ki's saturated e-graph computes
+ * what the original kernel computes (interpreter, random inputs). genetic: after POP random
+ * genomes the draws are their offspring (mutation, crossover, both), and offspring of those.
+ * Returns the candidates checked (offspring only in genetic mode). */
+static size_t check_all_candidates_ex(lowered *l, const char *what, int genetic, int ndraws) {
   lm_plan *p = l->p;
   bufs in = bufs_new(p, 3);
   size_t checked = 0, differing = 0;
   for (uint32_t ki = 0; ki < p->nkernels; ki++) {
-    lm_sk s;
-    OK(sk_init(&s, p));
-    s.stage = SK_STAGE_KERNEL;
-    uint32_t root = sk_add_kernel(&s, ki, 0);
-    cr_assert_neq(root, LM_EG_NONE, "%s: kernel %u: %s", what, ki, s.why);
-    int nr;
-    const lm_rule *rules = sk_rules(&nr);
-    uint8_t enabled[64] = {0};
-    for (int r = 0; r < nr; r++) enabled[r] = (uint8_t)sk_rule_stage_ok(&s, r);
-    lm_run_limits lim = {.iterations = 8, .nodes = 40000, .seconds = 3, .match_limit = 1000, .ban_length = 2,
-                         .enabled = enabled};
-    lm_run_report rr = {0};
-    lm_eg_run(s.eg, rules, nr, &s, &lim, &rr);
-    size_t ncl = s.eg->nclasses;
-    double *cost = malloc((ncl + 1) * sizeof *cost);
-    uint32_t *best = malloc((ncl + 1) * sizeof *best);
-    sk_greedy(&s, cost, best);
+    saturated z;
+    saturate(l, ki, &z, what);
     uint64_t rng = 99 + ki, seen[200];
     size_t nseen = 0;
+    uint32_t *pop[4 * POP];
+    int npop = 0;
     bufs want = bufs_new(p, 1), got = bufs_new(p, 1);
     bufs_copy(&want, &in);
     interpret(p, &p->kernels[ki], 1, &want);
     char *orig = sk_kernel_text(p, &p->kernels[ki]);
-    for (int d = 0; d <= 150; d++) {
+    for (int d = 0; d <= ndraws; d++) {
       sk_term t;
-      if (sk_extract(&s, root, best, NULL, d ? &rng : NULL, 0, NULL, &t) != LM_OK) continue;
+      if (draw(&z, genetic, d, &rng, pop, &npop, &t) != LM_OK) continue;
       lm_kernel k;
-      if (sk_emit_kernel(&s, &t, t.root, &p->kernels[ki], &k) == LM_OK) {
+      if (sk_emit_kernel(&z.s, &t, t.root, &p->kernels[ki], &k) == LM_OK) {
         char *text = sk_kernel_text(p, &k);
         uint64_t h = lm_hash_bytes(text, strlen(text), 0);
         int dup = 0;
@@ -186,32 +258,36 @@ static size_t check_all_candidates(lowered *l, const char *what) {
         if (!dup && nseen < LM_COUNTOF(seen)) {
           seen[nseen++] = h;
           int rounding;
-          sk_term_rules(&s, &t, &rounding);
+          sk_term_rules(&z.s, &t, &rounding);
           bufs_copy(&got, &in);
           interpret(p, &k, 1, &got);
-          char *tt = sk_term_print(&s, &t);
-          cr_log_info("%s kernel %u: candidate %zu (%s) %s", what, ki, nseen, rounding ? "rounding" : "exact", tt);
+          char *tt = sk_term_print(&z.s, &t);
+          cr_log_info("%s kernel %u: candidate %zu (%s%s) %s", what, ki, nseen, rounding ? "rounding" : "exact",
+                      genetic && d > POP ? ", offspring" : "", tt);
           expect_close(p, &got, &want, !rounding, 1, what);
           lm_free(tt);
-          checked++;
-          differing += strcmp(text, orig) != 0;
+          if (!genetic || d > POP) {
+            checked++;
+            differing += strcmp(text, orig) != 0;
+          }
         }
         lm_free(text);
         lm_kernel_free(&k);
       }
       sk_term_free(&t);
     }
+    for (int i = 0; i < npop; i++) free(pop[i]);
     lm_free(orig);
     bufs_free(&want);
     bufs_free(&got);
-    free(cost);
-    free(best);
-    sk_free(&s);
+    saturated_free(&z);
   }
   bufs_free(&in);
   cr_assert_gt(differing, 10, "%s: only %zu candidates differ from the original", what, differing);
   return checked;
 }
+
+static size_t check_all_candidates(lowered *l, const char *what) { return check_all_candidates_ex(l, what, 0, 150); }
 
 Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout = 280) {
   lowered l = lower(matmul64());
@@ -228,6 +304,140 @@ Test(candidates, every_candidate_of_a_softmax_equals_the_reference, .timeout = 2
 Test(candidates, every_candidate_of_an_adam_update_equals_the_reference, .timeout = 280) {
   lowered l = lower(adam());
   check_all_candidates(&l, "adam");
+  lowered_free(&l);
+}
+
+Test(candidates, offspring_of_mutation_and_crossover_equal_the_reference, .timeout = 280) {
+  lm_graph_t *(*makers[])(void) = {matmul64, adam};
+  const char *names[] = {"matmul 64^3 offspring", "adam offspring"};
+  for (int i = 0; i < 2; i++) {
+    lowered l = lower(makers[i]());
+    size_t n = check_all_candidates_ex(&l, names[i], 1, POP + 60);
+    cr_log_info("%s: %zu distinct offspring checked", names[i], n);
+    cr_assert_gt(n, 10, "%s: only %zu distinct offspring", names[i], n);
+    lowered_free(&l);
+  }
+}
+
+/* ---------------------------------------------------------------- genetic operators */
+
+/* NG random genomes of kernel 0 (each a successful extraction). */
+enum { NG = 40 };
+static void random_genomes(saturated *z, uint64_t *rng, uint32_t **g) {
+  for (int i = 0; i < NG; i++) {
+    g[i] = malloc((z->ncl + 1) * sizeof *g[i]);
+    sk_term t;
+    int tries = 0;
+    while (sk_extract(&z->s, z->root, z->best, NULL, rng, 0, g[i], &t) != LM_OK) cr_assert_lt(++tries, 100);
+    sk_term_free(&t);
+  }
+}
+
+Test(genetic, crossover_takes_every_choice_from_a_parent_or_the_greedy_repair) {
+  lowered l = lower(matmul64());
+  saturated z;
+  saturate(&l, 0, &z, "matmul 64^3");
+  uint64_t rng = 5;
+  uint32_t *g[NG], *child = malloc((z.ncl + 1) * sizeof *child);
+  random_genomes(&z, &rng, g);
+  int trials = 0, mixed = 0, differ = 0;
+  for (int i = 0; i < NG; i++) { /* parents i and i+7, then a genome with itself */
+    const uint32_t *a = g[i], *b = g[(i + 7) % NG];
+    sk_term t;
+    lm_status st = sk_crossover(&z.s, z.root, z.best, a, b, &rng, child, &t);
+    cr_assert(st == LM_OK || st == LM_ERR_INVALID, "crossover %d: %s", i, lm_status_name(st));
+    if (st != LM_OK) continue;
+    trials++;
+    int from_a = 0, from_b = 0, reached = 0;
+    for (size_t c = 0; c < z.ncl; c++) {
+      if (child[c] == LM_EG_NONE) continue;
+      reached++;
+      cr_assert(child[c] == a[c] || child[c] == b[c] || child[c] == z.best[c],
+                "crossover %d: class %zu takes node %u; the parents have %u and %u, the greedy choice %u", i, c,
+                child[c], a[c], b[c], z.best[c]);
+      if (a[c] != b[c]) from_a |= child[c] == a[c], from_b |= child[c] == b[c];
+    }
+    cr_assert_gt(reached, 0);
+    mixed += from_a && from_b;
+    /* the child's own choices reproduce its term */
+    sk_term t2;
+    OK(sk_extract(&z.s, z.root, z.best, child, NULL, 0, NULL, &t2));
+    char *x = sk_term_print(&z.s, &t), *y = sk_term_print(&z.s, &t2);
+    cr_assert_str_eq(x, y, "crossover %d: the child genome gives another term", i);
+    /* a child that took choices from both parents is neither parent */
+    sk_term ta, tb;
+    OK(sk_extract(&z.s, z.root, z.best, a, NULL, 0, NULL, &ta));
+    OK(sk_extract(&z.s, z.root, z.best, b, NULL, 0, NULL, &tb));
+    char *xa = sk_term_print(&z.s, &ta), *xb = sk_term_print(&z.s, &tb);
+    differ += strcmp(x, xa) && strcmp(x, xb);
+    lm_free(x);
+    lm_free(y);
+    lm_free(xa);
+    lm_free(xb);
+    sk_term_free(&t);
+    sk_term_free(&t2);
+    sk_term_free(&ta);
+    sk_term_free(&tb);
+    /* a genome crossed with itself is itself */
+    OK(sk_crossover(&z.s, z.root, z.best, a, a, &rng, child, &t));
+    OK(sk_extract(&z.s, z.root, z.best, a, NULL, 0, NULL, &ta));
+    x = sk_term_print(&z.s, &t);
+    xa = sk_term_print(&z.s, &ta);
+    cr_assert_str_eq(x, xa, "crossover %d: a genome crossed with itself gives another term", i);
+    lm_free(x);
+    lm_free(xa);
+    sk_term_free(&t);
+    sk_term_free(&ta);
+  }
+  /* Random genomes share few classes below their first differing choice (a split and a merge
+   * of the same loops reach different classes), so per-class crossover mixes them where they
+   * share classes and are different there: a minority of pairs, but never none. */
+  cr_log_info("crossover: %d of %d children took choices from both parents, %d are neither parent", mixed, trials,
+              differ);
+  cr_assert_gt(trials, NG / 2, "only %d crossovers gave a term", trials);
+  cr_assert_geq(mixed, 2, "only %d of %d children took choices from both parents", mixed, trials);
+  cr_assert_geq(differ, 2, "only %d of %d children differ from both parents", differ, trials);
+  for (int i = 0; i < NG; i++) free(g[i]);
+  free(child);
+  saturated_free(&z);
+  lowered_free(&l);
+}
+
+Test(genetic, mutation_draws_a_few_classes_again_and_keeps_the_rest) {
+  lowered l = lower(matmul64());
+  saturated z;
+  saturate(&l, 0, &z, "matmul 64^3");
+  uint64_t rng = 11;
+  uint32_t *g[NG], *child = malloc((z.ncl + 1) * sizeof *child);
+  random_genomes(&z, &rng, g);
+  int trials = 0, changed = 0;
+  size_t kept = 0, both = 0;
+  for (int i = 0; i < NG; i++) {
+    sk_term t;
+    lm_status st = sk_mutate(&z.s, z.root, z.best, g[i], 1, &rng, child, &t);
+    cr_assert(st == LM_OK || st == LM_ERR_INVALID, "mutation %d: %s", i, lm_status_name(st));
+    if (st != LM_OK) continue;
+    trials++;
+    int diff = 0;
+    for (size_t c = 0; c < z.ncl; c++)
+      if (child[c] != LM_EG_NONE && g[i][c] != LM_EG_NONE) {
+        both++;
+        if (child[c] == g[i][c]) kept++;
+        else diff++;
+      }
+    changed += diff > 0;
+    sk_term_free(&t);
+  }
+  cr_log_info("mutation: %d of %d children changed a choice; %zu of %zu shared classes kept", changed, trials, kept,
+              both);
+  cr_assert_gt(trials, NG / 2, "only %d mutations gave a term", trials);
+  cr_assert_geq(changed, trials * 3 / 4, "only %d of %d mutations changed a choice the parent made", changed, trials);
+  /* one class drawn again (and, rarely, a choice below it that no longer fits its loops) */
+  cr_assert_leq(both - kept, 2 * (size_t)trials, "%d mutations of one class changed %zu of %zu shared choices", trials,
+                both - kept, both);
+  for (int i = 0; i < NG; i++) free(g[i]);
+  free(child);
+  saturated_free(&z);
   lowered_free(&l);
 }
 
@@ -467,6 +677,115 @@ Test(search, bench_runs_both_schedules_side_by_side, .timeout = 280) {
   cr_assert_eq(r.wrong, 0);
   cr_assert_eq(r.kernels_default, 1);
   lm_graph_free(g);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* ---------------------------------------------------------------- the genetic search */
+
+static int parent_ok(const char *op, size_t self, size_t *nparents) {
+  const char *p = op;
+  *nparents = 0;
+  while ((p = strchr(p, 'c'))) {
+    char *end;
+    if (p[1] < '0' || p[1] > '9') {
+      p++;
+      continue;
+    }
+    unsigned long v = strtoul(p + 1, &end, 10);
+    if (v >= self) return 0;
+    ++*nparents;
+    p = end;
+  }
+  return 1;
+}
+
+Test(genetic, a_large_space_runs_generations_of_distinct_checked_candidates, .timeout = 120) {
+  setenv("LUMEN_SEARCH_GENERATIONS", "3", 1); /* this process only: Criterion forks each test */
+  char *dir = temp_dir();
+  char log[4200];
+  snprintf(log, sizeof log, "%s/search.log", dir);
+  lm_search_options o = opts(dir, 8);
+  o.log_path = log;
+  lowered ref = lower(matmul128()), l = lower(matmul128());
+  lm_search_report rep;
+  sk_trace tr;
+  OK(sk_search_plan_traced(l.p, NULL, &o, &rep, &tr));
+  cr_assert_eq(rep.wrong, 0, "%d candidates disagreed with the reference", rep.wrong);
+  cr_assert_eq(tr.n, 1, "%zu kernels searched", tr.n);
+  const sk_trace_kernel *k = &tr.k[0];
+  cr_log_info("%s: space %.3g terms, %d generations (stop: %s), %zu candidates, winner %d (%s, generation %d)",
+              k->name, k->space, k->generations, k->stop, k->nc, k->winner, k->c[k->winner].op,
+              k->c[k->winner].generation);
+  cr_assert(k->genetic);
+  cr_assert_gt(k->space, 64);
+  cr_assert_gt(k->generations, 1, "one generation only (stop: %s)", k->stop);
+  cr_assert_leq(k->generations, 4, "%d generations past the limit of 3 after the first", k->generations);
+  size_t offspring_timed = 0;
+  for (size_t i = 0; i < k->nc; i++) {
+    const sk_trace_cand *d = &k->c[i];
+    cr_assert_neq(d->status, SK_CS_WRONG, "candidate %zu (%s) is wrong", i, d->op);
+    for (size_t q = 0; q < i; q++)
+      cr_assert_neq(d->hash, k->c[q].hash, "candidates %zu (%s) and %zu (%s) have the same source", q, k->c[q].op, i,
+                    d->op);
+    cr_assert_lt(d->generation, k->generations);
+    if (d->generation == 0) continue;
+    size_t np;
+    cr_assert(!strncmp(d->op, "mutation(c", 10) || !strncmp(d->op, "crossover(c", 11), "candidate %zu: %s", i, d->op);
+    cr_assert(parent_ok(d->op, i, &np), "candidate %zu (%s) names a parent made after it", i, d->op);
+    cr_assert_eq(np, d->op[0] == 'm' ? 1u : 2u, "candidate %zu: %s", i, d->op);
+    offspring_timed += d->status == SK_CS_OK || d->status == SK_CS_SLOW;
+  }
+  cr_assert_gt(offspring_timed, 0, "no offspring was timed");
+  cr_assert(k->winner == 0 || k->c[k->winner].status == SK_CS_OK, "the winner %d has status %d", k->winner,
+            k->c[k->winner].status);
+  for (size_t i = 1; i < k->nc; i++) /* nothing correct and timed beats the winner by the winner rule's margins */
+    if (k->c[i].status == SK_CS_OK && !k->c[i].rounding && !k->c[k->winner].rounding)
+      cr_assert_geq(k->c[i].time, k->winner ? k->c[k->winner].time : 0.98 * k->c[0].time,
+                    "candidate %zu (%.2f us) is faster than the winner %d", i, 1e6 * k->c[i].time, k->winner);
+  /* the plan computes what the lowered plan computes */
+  bufs in = bufs_new(ref.p, 21), want = bufs_new(ref.p, 1), got = bufs_new(ref.p, 1);
+  bufs_copy(&want, &in);
+  bufs_copy(&got, &in);
+  interpret(ref.p, ref.p->kernels, ref.p->nkernels, &want);
+  interpret(l.p, l.p->kernels, l.p->nkernels, &got);
+  expect_close(ref.p, &got, &want, 0, 0, "genetic");
+  /* the log: a line per generation with its best and the ops that made it, then the winner's */
+  FILE *f = fopen(log, "r");
+  cr_assert(f, "no log at %s", log);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  cr_assert(strstr(text, "generation 0: "), "%s", text);
+  cr_assert(strstr(text, "generation 1: "), "%s", text);
+  cr_assert(strstr(text, "genetic search: "), "%s", text);
+  cr_assert(strstr(text, "winner"), "%s", text);
+  /* a warm cache: no search, nothing compiled, the same code */
+  char *code1 = lm_render_plan(l.p, LM_DIALECT_C);
+  lowered l2 = lower(matmul128());
+  sk_trace tr2;
+  lm_search_report rep2;
+  int64_t builds = lm_cc_compile_count();
+  OK(sk_search_plan_traced(l2.p, NULL, &o, &rep2, &tr2));
+  cr_assert_eq(tr2.n, 0);
+  cr_assert_eq(rep2.searched, 0);
+  cr_assert_geq(rep2.from_cache, 1);
+  cr_assert_eq(lm_cc_compile_count(), builds, "the second run compiled something");
+  char *code2 = lm_render_plan(l2.p, LM_DIALECT_C);
+  cr_assert_str_eq(code1, code2, "the cached decision gives other code");
+  lm_free(code1);
+  lm_free(code2);
+  lm_search_report_free(&rep);
+  lm_search_report_free(&rep2);
+  sk_trace_free(&tr);
+  sk_trace_free(&tr2);
+  bufs_free(&in);
+  bufs_free(&want);
+  bufs_free(&got);
+  lowered_free(&ref);
+  lowered_free(&l);
+  lowered_free(&l2);
   remove_dir(dir);
   free(dir);
 }

@@ -1,8 +1,10 @@
 /* compiler/search/extract.c — choosing terms out of the e-graph: the greedy choice by a static
  * cost (work of a loop nest, bytes loaded, launches), random genomes (one node per class, picked
  * in context: a joint reduction only under loops over its pieces; cycles repaired with the
- * greedy choice), mutation of a genome, and exhaustive enumeration when the space is small.
- * The result is a term DAG (term.h), hash-consed so equal subterms are shared. */
+ * greedy choice), exhaustive enumeration when the space is small, and the genetic search's
+ * operators on genomes: mutation (a few classes drawn again) and crossover (per class, the
+ * choice of one of two parents). The result is a term DAG (term.h), hash-consed so equal
+ * subterms are shared. */
 #include <math.h>
 #include <string.h>
 
@@ -85,6 +87,9 @@ typedef struct tb {
   lm_egraph *g;
   const uint32_t *best;
   const uint32_t *force;  /* per class: node to take (exhaustive / genome), LM_EG_NONE: choose */
+  const uint32_t *alt;    /* strict: per class, the node to take when force[] does not fit (crossover) */
+  const uint32_t *avoid;  /* per class: a node a random draw must not take (mutation), may be NULL */
+  int strict;             /* force[] and alt[] only where the node fits its context */
   uint32_t *genome;       /* per class: node taken (out) */
   uint64_t *rng;          /* NULL: greedy */
   double keep;            /* probability of taking force[] when rng is set (mutation) */
@@ -118,8 +123,12 @@ static uint64_t nhash(const lm_enode *n) {
 }
 
 static uint32_t term_add(tb *b, const lm_enode *n, uint32_t src) {
-  lm_enode k = *n;
-  for (int i = k.n; i < LM_EG_MAXC; i++) k.c[i] = 0;
+  lm_enode k;
+  memset(&k, 0, sizeof k); /* padding too: nodes are hashed and compared as bytes */
+  k.op = n->op;
+  k.n = n->n;
+  k.attr = n->attr;
+  for (int i = 0; i < k.n; i++) k.c[i] = n->c[i];
   if ((b->t->count + 1) * 2 > b->thcap) {
     size_t nc = b->thcap ? b->thcap * 2 : 256;
     uint32_t *h = lm_calloc(nc, sizeof *h);
@@ -163,15 +172,22 @@ static int fits(const tb *b, const lm_enode *n) {
 
 static uint32_t pick(tb *b, uint32_t c) {
   const lm_eg_vec *v = &b->g->cnodes[c];
-  if (b->force && b->force[c] != LM_EG_NONE && (!b->rng || uni(b->rng) < b->keep)) return b->force[c];
+  uint32_t f = b->force ? b->force[c] : LM_EG_NONE;
+  if (b->strict) { /* genetic operators: a parent's choice where it fits here, else the other's */
+    if (f != LM_EG_NONE && fits(b, lm_eg_node(b->g, f))) return f;
+    uint32_t a = b->alt ? b->alt[c] : LM_EG_NONE;
+    if (a != LM_EG_NONE && fits(b, lm_eg_node(b->g, a))) return a;
+  } else if (f != LM_EG_NONE && (!b->rng || uni(b->rng) < b->keep))
+    return f;
   if (!b->rng || v->n == 1) return b->best[c];
+  uint32_t avoid = b->avoid ? b->avoid[c] : LM_EG_NONE;
   const sk_data *d = lm_eg_data(b->g, c);
-  if (d->kind == 2 && !d->has_red && uni(b->rng) < b->greedy_p) return b->best[c];
+  if (avoid == LM_EG_NONE && d->kind == 2 && !d->has_red && uni(b->rng) < b->greedy_p) return b->best[c];
   uint32_t ok[64];
   int n = 0;
   for (uint32_t i = 0; i < v->n && n < 64; i++)
-    if (fits(b, lm_eg_node(b->g, v->v[i]))) ok[n++] = v->v[i];
-  if (!n) return b->best[c];
+    if (v->v[i] != avoid && fits(b, lm_eg_node(b->g, v->v[i]))) ok[n++] = v->v[i];
+  if (!n) return avoid != LM_EG_NONE ? avoid : b->best[c];
   return ok[sk_rand(b->rng) % (uint64_t)n];
 }
 
@@ -218,25 +234,93 @@ static uint32_t build(tb *b, uint32_t c, int greedy_only) {
   return r;
 }
 
+static lm_status extract(tb *b, uint32_t root) {
+  lm_sk *s = b->s;
+  memset(b->t, 0, sizeof *b->t);
+  b->on_stack = lm_calloc(s->eg->nclasses + 1, 1);
+  if (!b->on_stack) return LM_ERR_NOMEM;
+  if (b->genome)
+    for (size_t i = 0; i < s->eg->nclasses; i++) b->genome[i] = LM_EG_NONE;
+  uint32_t r = build(b, lm_eg_find(s->eg, root), 0);
+  lm_free(b->on_stack);
+  lm_free(b->memo);
+  lm_free(b->th);
+  if (b->bad || r == CYCLE || r == UINT32_MAX) {
+    sk_term_free(b->t);
+    return b->bad ? LM_ERR_NOMEM : LM_ERR_INVALID;
+  }
+  b->t->root = r;
+  return LM_OK;
+}
+
 lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *force, uint64_t *rng,
                      double keep, uint32_t *genome, sk_term *out) {
-  memset(out, 0, sizeof *out);
   tb b = {.s = s, .g = s->eg, .best = best, .force = force, .genome = genome, .rng = rng, .keep = keep,
           .greedy_p = 0.85, .t = out};
-  b.on_stack = lm_calloc(s->eg->nclasses + 1, 1);
-  if (!b.on_stack) return LM_ERR_NOMEM;
-  if (genome)
-    for (size_t i = 0; i < s->eg->nclasses; i++) genome[i] = LM_EG_NONE;
-  uint32_t r = build(&b, lm_eg_find(s->eg, root), 0);
-  lm_free(b.on_stack);
-  lm_free(b.memo);
-  lm_free(b.th);
-  if (b.bad || r == CYCLE || r == UINT32_MAX) {
-    sk_term_free(out);
-    return b.bad ? LM_ERR_NOMEM : LM_ERR_INVALID;
+  return extract(&b, root);
+}
+
+/* Classes worth drawing again: the parent took a node there and the class has another. Effect
+ * classes and those holding a reduction (the schedule: loops, their kinds, reduction forms) come
+ * first; plain value classes (commuted and reassociated arithmetic) are drawn a third of the time. */
+lm_status sk_mutate(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *parent, int nredraw,
+                    uint64_t *rng, uint32_t *genome, sk_term *out) {
+  lm_egraph *g = s->eg;
+  size_t ncl = g->nclasses;
+  uint32_t *force = lm_malloc((ncl + 1) * sizeof *force), *avoid = lm_malloc((ncl + 1) * sizeof *avoid);
+  uint32_t *sched = lm_malloc((ncl + 1) * sizeof *sched), *value = lm_malloc((ncl + 1) * sizeof *value);
+  lm_status st = LM_ERR_NOMEM;
+  if (!force || !avoid || !sched || !value) goto done;
+  size_t ns = 0, nv = 0;
+  for (size_t c = 0; c < ncl; c++) {
+    force[c] = parent[c];
+    avoid[c] = LM_EG_NONE;
+    if (parent[c] == LM_EG_NONE || g->uf[c] != c || g->cnodes[c].n < 2) continue;
+    const sk_data *d = lm_eg_data(g, (uint32_t)c);
+    if (d->kind == 2 && !d->has_red) value[nv++] = (uint32_t)c;
+    else sched[ns++] = (uint32_t)c;
   }
-  out->root = r;
-  return LM_OK;
+  for (int i = 0; i < nredraw && ns + nv > 0; i++) {
+    int from_sched = ns && (!nv || uni(rng) < 2.0 / 3.0);
+    uint32_t *list = from_sched ? sched : value;
+    size_t *n = from_sched ? &ns : &nv;
+    size_t k = (size_t)(sk_rand(rng) % (uint64_t)*n);
+    uint32_t c = list[k];
+    list[k] = list[--*n]; /* drawn once */
+    avoid[c] = parent[c];
+    force[c] = LM_EG_NONE;
+  }
+  tb b = {.s = s, .g = g, .best = best, .force = force, .avoid = avoid, .strict = 1, .genome = genome,
+          .rng = rng, .greedy_p = 0.85, .t = out};
+  st = extract(&b, root);
+done:
+  lm_free(force);
+  lm_free(avoid);
+  lm_free(sched);
+  lm_free(value);
+  if (st == LM_ERR_NOMEM) memset(out, 0, sizeof *out);
+  return st;
+}
+
+lm_status sk_crossover(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *pa, const uint32_t *pb,
+                       uint64_t *rng, uint32_t *genome, sk_term *out) {
+  size_t ncl = s->eg->nclasses;
+  uint32_t *first = lm_malloc((ncl + 1) * sizeof *first), *second = lm_malloc((ncl + 1) * sizeof *second);
+  lm_status st = LM_ERR_NOMEM;
+  if (first && second) {
+    for (size_t c = 0; c < ncl; c++) {
+      int swap = pa[c] == LM_EG_NONE || (pb[c] != LM_EG_NONE && (sk_rand(rng) & 1));
+      first[c] = swap ? pb[c] : pa[c];
+      second[c] = swap ? pa[c] : pb[c];
+    }
+    tb b = {.s = s, .g = s->eg, .best = best, .force = first, .alt = second, .strict = 1, .genome = genome,
+            .t = out};
+    st = extract(&b, root);
+  }
+  lm_free(first);
+  lm_free(second);
+  if (st == LM_ERR_NOMEM) memset(out, 0, sizeof *out);
+  return st;
 }
 
 /* Classes reachable from root through any node, and the product of their choices (capped). */

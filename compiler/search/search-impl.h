@@ -17,6 +17,18 @@ void sk_greedy(lm_sk *s, double *cost, uint32_t *best);
  * receives the node taken per class. LM_ERR_INVALID when no acyclic term was found. */
 lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *force, uint64_t *rng,
                      double keep, uint32_t *genome, sk_term *out);
+/* The genetic search's operators; genomes are arrays of eg->nclasses (node per class,
+ * LM_EG_NONE where the term does not reach). Both take a parent's node only where it fits its
+ * context (a joint reduction under loops over its pieces) and repair cycles with the greedy node.
+ * Mutation: the parent's choices except `nredraw` classes it took a node in (two thirds of the
+ * draws among effect or reduction classes) drawn again in context, never the parent's node;
+ * classes the parent did not reach are drawn as a random genome draws them.
+ * Crossover: per class the node of parent a or b (a coin where both reached the class, else the
+ * one that did); where that node does not fit, the other parent's; else the greedy node. */
+lm_status sk_mutate(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *parent, int nredraw,
+                    uint64_t *rng, uint32_t *genome, sk_term *out);
+lm_status sk_crossover(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *a, const uint32_t *b,
+                       uint64_t *rng, uint32_t *genome, sk_term *out);
 /* Classes reachable from root (into classes, which may be NULL) and the number of terms (capped). */
 double sk_space(lm_sk *s, uint32_t root, uint32_t *classes, size_t *n);
 uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding);
@@ -76,6 +88,45 @@ lm_status skc_save(sk_cache *c);
 void skc_free(sk_cache *c);
 /* Identity of this machine for cache keys: CPU model, compiler and flags, thread count. */
 char *sk_device_id(lm_cc *cc, int threads);
+
+/* ---- what the kernel stage did, kernel by kernel (search.c; for tests and tools) */
+enum { SK_CS_UNTESTED, SK_CS_OK, SK_CS_WRONG, SK_CS_NOBUILD, SK_CS_SLOW }; /* a candidate's status */
+
+typedef struct sk_trace_cand {
+  uint64_t hash;  /* of its rendered C source */
+  int status;     /* SK_CS_*: OK and SLOW were checked against the reference and timed */
+  int generation; /* 0: the first batch (greedy, random or exhaustive; the default schedule) */
+  int rounding;
+  double time;    /* seconds per launch (timed ones) */
+  char op[48];    /* how its genome was made: "default", "greedy", "random", "exhaustive",
+                     "mutation(c3)", "crossover(c3,c7)", "crossover(c3,c7)+mutation" */
+} sk_trace_cand;
+
+typedef struct sk_trace_kernel {
+  char name[32];
+  double space;     /* terms in the reachable space (capped at 1e12) */
+  int generations;  /* generations timed, the first included (1: no genetic search) */
+  int genetic;      /* the space was large enough for the genetic search */
+  char stop[64];    /* why the genetic search stopped */
+  int winner;       /* index into c (0: the default schedule) */
+  sk_trace_cand *c; /* every candidate compiled: c[0] the default schedule */
+  size_t nc;
+} sk_trace_kernel;
+
+typedef struct sk_trace {
+  sk_trace_kernel *k;
+  size_t n, cap;
+} sk_trace;
+
+/* lm_search_plan, recording every searched kernel's candidates into tr (zeroed first). */
+lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_search_options *o, lm_search_report *r,
+                                sk_trace *tr);
+void sk_trace_free(sk_trace *tr);
+
+/* The genetic search's generation limit: $LUMEN_SEARCH_GENERATIONS (0: no genetic search),
+ * default SK_GA_GENERATIONS; it also stops after SK_GA_STALL generations without a 1% gain. */
+#define SK_GA_GENERATIONS 12
+#define SK_GA_STALL 3
 
 #define LM_SEARCH_VERSION "lumen-search-1"
 

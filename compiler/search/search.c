@@ -4,8 +4,12 @@
  *  2. each kernel: equality saturation over the kernel's term, candidates extracted (greedy,
  *     exhaustive when few, else random genomes in context), emitted, rendered and deduplicated by
  *     source, ranked by a static estimate; the best and a few random ones are compiled together,
- *     checked against the reference interpreter on random inputs and timed; the fastest correct
- *     one replaces the kernel when it beats the default.
+ *     checked against the reference interpreter on random inputs and timed (generation 0). When
+ *     the space is too large to enumerate, a genetic search follows within the kernel's share of
+ *     the budget: offspring of the fastest measured genomes (crossover, mutation), deduplicated
+ *     by source against every candidate tried, compiled, checked and timed the same way, a
+ *     generation at a time. The fastest correct candidate replaces the kernel when it beats the
+ *     default.
  * Identical kernels are searched once. Every decision (winners, and "keep the default") goes into
  * the tuning cache, keyed by the kernel's canonical text, the device, the compiler and flags and
  * the size bucket of every symbol; a rerun with a warm cache builds no e-graph and times nothing. */
@@ -45,7 +49,6 @@ void lm_search_report_free(lm_search_report *r) {
 
 /* ---------------------------------------------------------------- state */
 
-enum { CS_UNTESTED, CS_OK, CS_WRONG, CS_NOBUILD, CS_SLOW };
 static const char *const cs_names[] = {"untested", "ok", "WRONG", "no-build", "slow"};
 
 typedef struct cand {
@@ -56,6 +59,9 @@ typedef struct cand {
   double est, time;
   int status;
   sk_kernel_fn fn;
+  uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
+  int gen;          /* generation that made it */
+  char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
 } cand;
 
 typedef struct job {
@@ -66,6 +72,12 @@ typedef struct job {
   size_t enode, eclass;
   int iters, stop, samples, distinct, unemitted;
   double egraph_s;
+  double space;     /* terms in the reachable space (capped) */
+  /* the genetic search (a large space): the saturated e-graph is kept until the job is measured */
+  lm_sk *sk;
+  uint32_t root, *best;
+  int generations;  /* generations timed (the first included) */
+  char stop_why[64];
 } job;
 
 typedef struct sctx {
@@ -86,6 +98,8 @@ typedef struct sctx {
   lm_cc_lib **libs;
   size_t nlibs, libcap;
   uint8_t *enabled_k, *enabled_p;
+  int ga_generations; /* generation limit of the genetic search (0: none) */
+  sk_trace *trace;    /* NULL: not recorded */
 } sctx;
 
 static void logf_(sctx *c, const char *fmt, ...) LM_PRINTF(2, 3);
@@ -184,13 +198,13 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
     size_t hi = per_job ? lo + 1 : nj;
     lm_sb tu = {0};
     lm_sb_puts(&tu, pre);
-    char name[32];
+    char name[48];
     for (size_t j = lo; j < hi; j++)
       for (size_t n = 0; n < jobs[j].nc; n++) {
         cand *d = &jobs[j].c[n];
-        if (d->status != CS_UNTESTED || d->fn) continue;
+        if (d->status != SK_CS_UNTESTED || d->fn) continue;
         snprintf(name, sizeof name, "sj%zu_%zu", j, n);
-        if (add_source(c, &tu, &d->k, name) != LM_OK) d->status = CS_NOBUILD;
+        if (add_source(c, &tu, &d->k, name) != LM_OK) d->status = SK_CS_NOBUILD;
       }
     char *src = lm_sb_take(&tu);
     lm_cc_lib *lib = src ? build_tu(c, src) : NULL;
@@ -203,9 +217,9 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
     for (size_t j = lo; j < hi; j++)
       for (size_t n = 0; n < jobs[j].nc; n++) {
         cand *d = &jobs[j].c[n];
-        if (d->status != CS_UNTESTED || d->fn) continue;
+        if (d->status != SK_CS_UNTESTED || d->fn) continue;
         snprintf(name, sizeof name, "sj%zu_%zu", j, n);
-        if (!lib || !(d->fn = sym_fn(lib, name))) d->status = CS_NOBUILD;
+        if (!lib || !(d->fn = sym_fn(lib, name))) d->status = SK_CS_NOBUILD;
       }
     lo = hi;
   }
@@ -228,12 +242,23 @@ static int interchange_one(lm_plan *plan, lm_kernel *k) {
 static void cand_free(cand *d) {
   lm_kernel_free(&d->k);
   lm_free(d->term);
+  lm_free(d->genome);
   memset(d, 0, sizeof *d);
+}
+
+/* The e-graph kept for the genetic search, dropped once the job's winner is known. */
+static void job_drop_egraph(job *j) {
+  if (j->sk) sk_free(j->sk);
+  lm_free(j->sk);
+  lm_free(j->best);
+  j->sk = NULL;
+  j->best = NULL;
 }
 
 static void job_free(job *j) {
   for (size_t i = 0; i < j->nc; i++) cand_free(&j->c[i]);
   lm_free(j->c);
+  job_drop_egraph(j);
   memset(j, 0, sizeof *j);
 }
 
@@ -252,34 +277,43 @@ static uint64_t source_hash(sctx *c, const lm_kernel *k) {
   return h ? h : 1;
 }
 
-/* Adds the term's kernel unless an equal source is there already. */
-static void add_term(sctx *c, lm_sk *s, job *j, const sk_term *t) {
+/* Adds the term's kernel unless an equal source is there already: the new candidate's index,
+ * else -1 (its source is there: a genome is kept for a candidate that had none, so the default
+ * schedule's twin among the extractions can be a parent) or -2 (not schedulable as chosen). */
+static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t *genome, int gen, const char *op) {
   const lm_kernel *orig = &c->plan->kernels[j->ki];
+  size_t ncl = s->eg->nclasses;
   cand d;
   memset(&d, 0, sizeof d);
   if (sk_emit_kernel(s, t, t->root, orig, &d.k) != LM_OK) {
     j->unemitted++;
-    return;
+    return -2;
   }
   d.hash = source_hash(c, &d.k);
   if (!d.hash) {
     logf_(c, "  (an emitted kernel did not render: %s)\n", lm_last_error());
     lm_kernel_free(&d.k);
-    return;
+    return -2;
   }
   for (size_t i = 0; i < j->nc; i++)
     if (j->c[i].hash == d.hash) {
       lm_kernel_free(&d.k);
-      return;
+      if (genome && !j->c[i].genome && (j->c[i].genome = lm_malloc((ncl + 1) * sizeof *genome)))
+        memcpy(j->c[i].genome, genome, ncl * sizeof *genome);
+      return -1;
     }
   d.term = sk_term_print(s, t);
   d.rules = sk_term_rules(s, t, &d.rounding);
   d.est = sk_estimate(c->plan, &d.k, c->syms);
-  if (!d.term || !LM_GROW(j->c, j->cap, j->nc + 1)) {
+  d.gen = gen;
+  snprintf(d.op, sizeof d.op, "%s", op);
+  if (genome && (d.genome = lm_malloc((ncl + 1) * sizeof *genome))) memcpy(d.genome, genome, ncl * sizeof *genome);
+  if (!d.term || (genome && !d.genome) || !LM_GROW(j->c, j->cap, j->nc + 1)) {
     cand_free(&d);
-    return;
+    return -2;
   }
   j->c[j->nc++] = d;
+  return (int)j->nc - 1;
 }
 
 /* c[0]: the default schedule (the lowered kernel after the interchange rewrite). */
@@ -291,23 +325,33 @@ static lm_status default_cand(sctx *c, job *j) {
   if (st != LM_OK) return st;
   interchange_one(plan, &j->c[0].k);
   j->nc = 1;
+  snprintf(j->c[0].op, sizeof j->c[0].op, "default");
   j->c[0].hash = source_hash(c, &j->c[0].k);
   j->c[0].est = sk_estimate(plan, &j->c[0].k, c->syms);
   return LM_OK;
 }
 
+/* Generation 0 of a kernel: the greedy term, then every term when the space is small, else
+ * random genomes; emitted, deduplicated by source, ranked by the static estimate and cut to
+ * max_candidates (the best two thirds and a random third). A large space keeps its e-graph and
+ * the genomes for the genetic search (evolve). */
 static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
   const lm_search_options *o = c->o;
   lm_plan *plan = c->plan;
-  lm_sk s;
-  lm_status st = sk_init(&s, plan);
-  if (st != LM_OK) return st;
-  s.stage = SK_STAGE_KERNEL;
-  s.rounding = o->allow_rounding;
-  uint32_t root = sk_add_kernel(&s, j->ki, 0);
+  lm_sk *s = lm_calloc(1, sizeof *s);
+  if (!s) return LM_ERR_NOMEM;
+  lm_status st = sk_init(s, plan);
+  if (st != LM_OK) {
+    lm_free(s);
+    return st;
+  }
+  s->stage = SK_STAGE_KERNEL;
+  s->rounding = o->allow_rounding;
+  uint32_t root = sk_add_kernel(s, j->ki, 0);
   if (root == LM_EG_NONE) {
-    logf_(c, "  not searched: %s\n", s.why);
-    sk_free(&s);
+    logf_(c, "  not searched: %s\n", s->why);
+    sk_free(s);
+    lm_free(s);
     return LM_ERR_UNSUPPORTED;
   }
   int nr;
@@ -315,58 +359,70 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
   lm_run_limits lim = {.iterations = 8, .nodes = 40000, .seconds = egraph_s, .match_limit = 1000, .ban_length = 2,
                        .enabled = c->enabled_k};
   lm_run_report rr = {0};
-  lm_eg_run(s.eg, rules, nr, &s, &lim, &rr);
+  lm_eg_run(s->eg, rules, nr, s, &lim, &rr);
   j->enode = rr.nodes;
   j->eclass = rr.classes;
   j->iters = rr.iterations;
   j->stop = rr.stop;
   j->egraph_s = rr.seconds;
-  size_t ncl = s.eg->nclasses;
+  size_t ncl = s->eg->nclasses;
   double *cost = lm_malloc((ncl + 1) * sizeof *cost);
   uint32_t *best = lm_malloc((ncl + 1) * sizeof *best), *force = lm_malloc((ncl + 1) * sizeof *force);
-  uint32_t *classes = lm_malloc((ncl + 1) * sizeof *classes);
+  uint32_t *classes = lm_malloc((ncl + 1) * sizeof *classes), *genome = NULL;
+  int genetic = 0;
   if (!cost || !best || !force || !classes) st = LM_ERR_NOMEM;
   if (st == LM_OK) {
-    sk_greedy(&s, cost, best);
+    size_t nreach = 0;
+    j->space = sk_space(s, root, classes, &nreach);
+    genetic = j->space > 64 && c->ga_generations > 0;
+    if (genetic && !(genome = lm_malloc((ncl + 1) * sizeof *genome))) genetic = 0;
+    sk_greedy(s, cost, best);
     sk_term t;
-    if (sk_extract(&s, root, best, NULL, NULL, 0, NULL, &t) == LM_OK) {
-      add_term(c, &s, j, &t);
+    if (sk_extract(s, root, best, NULL, NULL, 0, genome, &t) == LM_OK) {
+      add_term(c, s, j, &t, genome, 0, "greedy");
       sk_term_free(&t);
       j->samples++;
     }
-    size_t nreach = 0;
-    double space = sk_space(&s, root, classes, &nreach);
-    if (space <= 64) { /* exhaustive: every combination of choices */
+    if (j->space <= 64) { /* exhaustive: every combination of choices */
       for (size_t i = 0; i < ncl; i++) force[i] = LM_EG_NONE;
-      for (uint64_t idx = 0; idx < (uint64_t)space; idx++) {
+      for (uint64_t idx = 0; idx < (uint64_t)j->space; idx++) {
         uint64_t rem = idx;
         for (size_t q = 0; q < nreach; q++) {
-          const lm_eg_vec *v = &s.eg->cnodes[classes[q]];
+          const lm_eg_vec *v = &s->eg->cnodes[classes[q]];
           force[classes[q]] = v->v[rem % v->n];
           rem /= v->n;
         }
-        if (sk_extract(&s, root, best, force, NULL, 0, NULL, &t) == LM_OK) {
-          add_term(c, &s, j, &t);
+        if (sk_extract(s, root, best, force, NULL, 0, NULL, &t) == LM_OK) {
+          add_term(c, s, j, &t, NULL, 0, "exhaustive");
           sk_term_free(&t);
         }
         j->samples++;
       }
     } else
       for (int n = 0; n < o->samples && time_left(c); n++) {
-        if (sk_extract(&s, root, best, NULL, &c->rng, 0, NULL, &t) == LM_OK) {
-          add_term(c, &s, j, &t);
+        if (sk_extract(s, root, best, NULL, &c->rng, 0, genome, &t) == LM_OK) {
+          add_term(c, s, j, &t, genome, 0, "random");
           sk_term_free(&t);
         }
         j->samples++;
       }
   }
   lm_free(cost);
-  lm_free(best);
   lm_free(force);
   lm_free(classes);
-  sk_free(&s);
+  lm_free(genome);
+  if (st == LM_OK && genetic) {
+    j->sk = s;
+    j->root = root;
+    j->best = best;
+  } else {
+    lm_free(best);
+    sk_free(s);
+    lm_free(s);
+  }
   if (st != LM_OK) return st;
   j->distinct = (int)j->nc - 1;
+  j->generations = 1;
   /* keep the best by estimate and a few random others */
   if (j->nc > 1) qsort(j->c + 1, j->nc - 1, sizeof *j->c, cmp_est);
   size_t keep = (size_t)(o->max_candidates > 0 ? o->max_candidates : 24), top = keep - keep / 3;
@@ -414,7 +470,173 @@ static double check(sctx *c, const uint8_t *w, float *const *ref, double rtol, d
 #define RTOL_ROUND 1e-3
 #define ATOL_ROUND 1e-4
 
-static void measure_job(sctx *c, job *j, size_t slot, int *winner) {
+/* Checks candidates [from, nc) against the reference and times them; *best (the fastest so far)
+ * sets the cut-off: a candidate stops once it is 3x slower. Past the deadline only min_n more. */
+static void time_range(sctx *c, job *j, size_t from, const uint8_t *w, float *const *ref, double max_s, double *best,
+                       size_t min_n) {
+  for (size_t n = from; n < j->nc; n++) {
+    cand *d = &j->c[n];
+    char names[160];
+    rule_names(d->rules, names, sizeof names);
+    if (d->status != SK_CS_UNTESTED || !d->fn) {
+      logf_(c, "  cand %zu %s rules=%s\n", n, cs_names[d->status], names);
+      continue;
+    }
+    if (!time_left(c) && n - from >= min_n) break; /* compiled already: the best few are still worth timing */
+    poison(c, w);
+    skb_launch(&c->bench, &d->k, d->fn);
+    double e = check(c, w, ref, d->rounding ? RTOL_ROUND : RTOL_EXACT, d->rounding ? ATOL_ROUND : ATOL_EXACT);
+    if (e > 1) {
+      d->status = SK_CS_WRONG;
+      c->rep->wrong++;
+      logf_(c, "  cand %zu WRONG (error %.3g x tolerance) %s rules=%s term=%s\n", n, e, d->op, names, d->term);
+      continue;
+    }
+    d->time = skb_time(&c->bench, &d->k, d->fn, 3 * *best, max_s);
+    d->status = d->time > 3 * *best ? SK_CS_SLOW : SK_CS_OK;
+    c->rep->candidates++;
+    logf_(c, "  cand %zu %-4s %10.2f us  est %.3g%s %s rules=%s\n", n, cs_names[d->status], 1e6 * d->time, d->est,
+          d->rounding ? " (rounding)" : "", d->op, names);
+    if (d->status == SK_CS_OK && d->time < *best) *best = d->time;
+  }
+}
+
+/* The fastest candidate timed ok in [from, nc), or 0 when there is none. */
+static size_t fastest(const job *j, size_t from) {
+  size_t f = SIZE_MAX;
+  for (size_t n = from; n < j->nc; n++)
+    if (j->c[n].status == SK_CS_OK && (f == SIZE_MAX || j->c[n].time < j->c[f].time)) f = n;
+  return f == SIZE_MAX ? 0 : f;
+}
+
+/* ---------------------------------------------------------------- the genetic search */
+
+static double uni01(uint64_t *rng) { return (double)(sk_rand(rng) >> 11) * 0x1.0p-53; }
+
+/* Tournament of three (with replacement) among the parents: the fastest. */
+static size_t tournament(const job *j, const size_t *pool, size_t np, uint64_t *rng) {
+  size_t b = pool[sk_rand(rng) % np];
+  for (int i = 1; i < 3; i++) {
+    size_t x = pool[sk_rand(rng) % np];
+    if (j->c[x].time < j->c[b].time) b = x;
+  }
+  return b;
+}
+
+/* Generations after the first, for a kernel whose space is too large to enumerate. Parents: every
+ * candidate timed ok so far (correct, not cut off at 3x the best) that has a genome, picked by
+ * tournament on the measured time. Offspring: crossover (70%, half of them mutated once more) or
+ * mutation (1-3 classes drawn again), deduplicated by source against every candidate of the job,
+ * compiled, checked against the reference and timed like the first generation. Stops at the generation limit, when
+ * the next generation (expected to take as long as the last, the first gen_est) would end after
+ * `until` (the job's share of the budget), after SK_GA_STALL generations without a 1% gain, with
+ * no parent, or when no new distinct candidate appears. */
+static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double until, double gen_est, double *best) {
+  lm_sk *s = j->sk;
+  size_t ncl = s->eg->nclasses;
+  size_t want = (size_t)(c->o->max_candidates > 0 ? c->o->max_candidates : 24) / 2;
+  if (want < 4) want = 4;
+  uint64_t rng = (c->o->seed ? c->o->seed : 1) ^ (j->key * 0x9E3779B97F4A7C15ull);
+  uint32_t *genome = lm_malloc((ncl + 1) * sizeof *genome), *mid = lm_malloc((ncl + 1) * sizeof *mid);
+  size_t *pool = NULL, poolcap = 0;
+  int stall = 0;
+  const char *why = "out of memory";
+  size_t f0 = fastest(j, 0);
+  logf_(c,
+        "  generation 0: %zu candidates, best %.2f us (cand %zu, %s); space %.3g terms: genetic search until %.2f s\n",
+        j->nc - 1, 1e6 * j->c[f0].time, f0, j->c[f0].op, j->space, until - c->t0);
+  while (genome && mid) {
+    if (j->generations > c->ga_generations) {
+      why = "generation limit";
+      break;
+    }
+    double g_start = lm_search_now();
+    if (g_start + gen_est >= until || !time_left(c)) { /* a generation must fit in what is left */
+      why = "time";
+      break;
+    }
+    size_t np = 0;
+    if (!LM_GROW(pool, poolcap, j->nc + 1)) break;
+    for (size_t n = 0; n < j->nc; n++)
+      if (j->c[n].status == SK_CS_OK && j->c[n].genome) pool[np++] = n;
+    if (!np) {
+      why = "no parent (no candidate with a genome within 3x of the best)";
+      break;
+    }
+    size_t from = j->nc;
+    int offspring = 0, dup = 0, unsched = 0;
+    for (size_t tries = 0; j->nc - from < want && tries < 10 * want; tries++) {
+      size_t pa = tournament(j, pool, np, &rng), pb = pa;
+      char op[48];
+      sk_term t;
+      lm_status st;
+      if (np >= 2 && uni01(&rng) < 0.7)
+        for (int k = 0; k < 4 && pb == pa; k++) pb = tournament(j, pool, np, &rng);
+      if (pb != pa) {
+        snprintf(op, sizeof op, "crossover(c%zu,c%zu)", pa, pb);
+        st = sk_crossover(s, j->root, j->best, j->c[pa].genome, j->c[pb].genome, &rng, genome, &t);
+        if (st == LM_OK && uni01(&rng) < 0.5) {
+          memcpy(mid, genome, ncl * sizeof *mid);
+          sk_term_free(&t);
+          st = sk_mutate(s, j->root, j->best, mid, 1, &rng, genome, &t);
+          snprintf(op, sizeof op, "crossover(c%zu,c%zu)+mutation", pa, pb);
+        }
+      } else {
+        snprintf(op, sizeof op, "mutation(c%zu)", pa);
+        st = sk_mutate(s, j->root, j->best, j->c[pa].genome, 1 + (int)(sk_rand(&rng) % 3), &rng, genome, &t);
+      }
+      offspring++;
+      if (st != LM_OK) {
+        unsched++;
+        continue;
+      }
+      int r = add_term(c, s, j, &t, genome, j->generations, op);
+      sk_term_free(&t);
+      if (r == -1) dup++;
+      else if (r < 0) unsched++;
+    }
+    size_t made = j->nc - from;
+    if (!made) {
+      why = "no new distinct candidate";
+      break;
+    }
+    qsort(j->c + from, made, sizeof *j->c, cmp_est);
+    compile_jobs(c, j, 1, 1);
+    double prev = *best, left = until - lm_search_now();
+    double max_s = left / (double)(made + 1);
+    max_s = max_s > 0.3 ? 0.3 : max_s < 0.01 ? 0.01 : max_s;
+    time_range(c, j, from, w, ref, max_s, best, 2);
+    size_t g = fastest(j, from), all = fastest(j, 0);
+    if (g)
+      logf_(c, "  generation %d: %zu candidates (%d offspring: %d duplicates, %d not schedulable), best %.2f us "
+               "(cand %zu, %s); best so far %.2f us (cand %zu, generation %d, %s); %.2f s\n",
+            j->generations, made, offspring, dup, unsched, 1e6 * j->c[g].time, g, j->c[g].op, 1e6 * j->c[all].time,
+            all, j->c[all].gen, j->c[all].op, lm_search_now() - g_start);
+    else
+      logf_(c, "  generation %d: %zu candidates (%d offspring: %d duplicates, %d not schedulable), none correct and "
+               "within 3x of the best; best so far %.2f us (cand %zu, generation %d, %s); %.2f s\n",
+            j->generations, made, offspring, dup, unsched, 1e6 * j->c[all].time, all, j->c[all].gen, j->c[all].op,
+            lm_search_now() - g_start);
+    j->generations++;
+    gen_est = lm_search_now() - g_start;
+    stall = *best < 0.99 * prev ? 0 : stall + 1;
+    if (stall >= SK_GA_STALL) {
+      why = "no gain in the last generations";
+      break;
+    }
+  }
+  snprintf(j->stop_why, sizeof j->stop_why, "%s", why);
+  logf_(c, "  genetic search: %d generations, stopped: %s (at %.2f s of the search)\n", j->generations, why,
+        lm_search_now() - c->t0);
+  lm_free(genome);
+  lm_free(mid);
+  lm_free(pool);
+}
+
+/* Measures a job's candidates: the reference on random inputs, then generation 0 (and, for a large
+ * space, the genetic search until `until`); *winner: the candidate that replaces the kernel. */
+static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_mean, int *winner, double *gen0_s) {
+  double t0 = lm_search_now();
   lm_plan *plan = c->plan;
   const lm_kernel *orig = &plan->kernels[j->ki];
   *winner = 0;
@@ -451,43 +673,22 @@ static void measure_job(sctx *c, job *j, size_t slot, int *winner) {
   if (max_s < 0.01) max_s = 0.01;
   double best = d0->time;
   logf_(c, "  cand 0 default schedule %10.2f us  est %.3g\n", 1e6 * d0->time, d0->est);
-  for (size_t n = 1; n < j->nc; n++) {
-    cand *d = &j->c[n];
-    char names[160];
-    rule_names(d->rules, names, sizeof names);
-    if (d->status != CS_UNTESTED || !d->fn) {
-      logf_(c, "  cand %zu %s rules=%s\n", n, cs_names[d->status], names);
-      continue;
-    }
-    if (!time_left(c) && n > 4) break; /* compiled already: the best few are still worth timing */
-    poison(c, w);
-    skb_launch(&c->bench, &d->k, d->fn);
-    double e = check(c, w, ref, d->rounding ? RTOL_ROUND : RTOL_EXACT, d->rounding ? ATOL_ROUND : ATOL_EXACT);
-    if (e > 1) {
-      d->status = CS_WRONG;
-      c->rep->wrong++;
-      logf_(c, "  cand %zu WRONG (error %.3g x tolerance) rules=%s term=%s\n", n, e, names, d->term);
-      continue;
-    }
-    d->time = skb_time(&c->bench, &d->k, d->fn, 3 * best, max_s);
-    d->status = d->time > 3 * best ? CS_SLOW : CS_OK;
-    c->rep->candidates++;
-    logf_(c, "  cand %zu %-4s %10.2f us  est %.3g%s rules=%s\n", n, cs_names[d->status], 1e6 * d->time, d->est,
-          d->rounding ? " (rounding)" : "", names);
-    if (d->status == CS_OK && d->time < best) best = d->time;
-  }
+  time_range(c, j, 1, w, ref, max_s, &best, 4);
+  *gen0_s += lm_search_now() - t0;
+  if (j->sk) /* a generation is about half a first one (half the candidates); then as the last one took */
+    evolve(c, j, w, ref, until, 0.5 * (lm_search_now() - t0 + gen0_mean), &best); /* j->c may move */
   /* the winner: the fastest, an exact one when within 5% of a rounding one, and 2% better than the default */
   int win = 0;
   for (size_t n = 1; n < j->nc; n++) {
     const cand *d = &j->c[n];
-    if (d->status != CS_OK) continue;
+    if (d->status != SK_CS_OK) continue;
     const cand *b = &j->c[win];
     int better = d->time < b->time;
     if (win && b->rounding && !d->rounding && d->time < 1.05 * b->time) better = 1;
     if (win && !b->rounding && d->rounding && d->time > 0.95 * b->time) better = 0;
     if (better) win = (int)n;
   }
-  if (win && !(j->c[win].time < 0.98 * d0->time)) win = 0;
+  if (win && !(j->c[win].time < 0.98 * j->c[0].time)) win = 0;
   *winner = win;
 done:
   for (size_t b = 0; ref && b < plan->nbufs; b++) lm_free(ref[b]);
@@ -601,6 +802,39 @@ static void decide(sctx *c, job *j, int win, uint64_t *keys, uint8_t *pending, u
   }
 }
 
+static void trace_job(sctx *c, const job *j, int win) {
+  sk_trace *tr = c->trace;
+  if (!tr || !LM_GROW(tr->k, tr->cap, tr->n + 1)) return;
+  sk_trace_kernel *k = &tr->k[tr->n];
+  memset(k, 0, sizeof *k);
+  if (!(k->c = lm_calloc(j->nc + 1, sizeof *k->c))) return;
+  tr->n++;
+  snprintf(k->name, sizeof k->name, "%s", c->plan->kernels[j->ki].name);
+  k->space = j->space;
+  k->generations = j->generations;
+  k->genetic = j->space > 64 && c->ga_generations > 0;
+  snprintf(k->stop, sizeof k->stop, "%s", j->stop_why);
+  k->winner = win;
+  k->nc = j->nc;
+  for (size_t n = 0; n < j->nc; n++) {
+    const cand *d = &j->c[n];
+    sk_trace_cand *t = &k->c[n];
+    t->hash = d->hash;
+    t->status = d->status;
+    t->generation = d->gen;
+    t->rounding = d->rounding;
+    t->time = d->time;
+    snprintf(t->op, sizeof t->op, "%s", d->op);
+  }
+}
+
+void sk_trace_free(sk_trace *tr) {
+  if (!tr) return;
+  for (size_t i = 0; i < tr->n; i++) lm_free(tr->k[i].c);
+  lm_free(tr->k);
+  memset(tr, 0, sizeof *tr);
+}
+
 static void kernel_stage(sctx *c, uint8_t *won) {
   lm_plan *plan = c->plan;
   size_t nk = plan->nkernels;
@@ -657,12 +891,13 @@ static void kernel_stage(sctx *c, uint8_t *won) {
     if (default_cand(c, &jobs[q]) != LM_OK) job_free(&jobs[q]);
   compile_jobs(c, jobs, nj, 0);
   if (ensure_bench(c) != LM_OK) goto done;
-  double total = 0;
+  double total = 0, gen0_s = 0; /* gen0_s: seconds spent on generation 0 (e-graphs, compiles, timing) */
+  int gen0_n = 0;               /* kernels whose generation 0 was made */
   for (size_t q = 0; q < nj; q++) {
     cand *d0 = jobs[q].nc ? &jobs[q].c[0] : NULL;
     if (!d0 || !d0->fn) continue;
     d0->time = skb_time(&c->bench, &d0->k, d0->fn, INFINITY, 0.02);
-    d0->status = CS_OK;
+    d0->status = SK_CS_OK;
     total += d0->time;
   }
   qsort(jobs, nj, sizeof *jobs, cmp_base);
@@ -671,7 +906,7 @@ static void kernel_stage(sctx *c, uint8_t *won) {
     size_t hi = lo, ncands = 0;
     while (hi < nj && (hi == lo || ncands < 96) && time_left(c)) {
       job *j = &jobs[hi++];
-      if (!j->nc || j->c[0].status != CS_OK) continue;
+      if (!j->nc || j->c[0].status != SK_CS_OK) continue;
       if (j->c[0].time < 0.005 * total || j->c[0].time < 2e-6) { /* too small to matter */
         logf_(c, "kernel %s: %.2f us, left to the default schedule\n", plan->kernels[j->ki].name,
               1e6 * j->c[0].time);
@@ -683,7 +918,11 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       eg = eg > 3.0 ? 3.0 : eg < 0.05 ? 0.05 : eg;
       logf_(c, "kernel %s (key %016llx, default schedule %.2f us):\n", plan->kernels[j->ki].name,
             (unsigned long long)j->key, 1e6 * j->c[0].time);
-      if (gen_candidates(c, j, eg) == LM_OK) {
+      double g0 = lm_search_now();
+      lm_status gst = gen_candidates(c, j, eg);
+      gen0_s += lm_search_now() - g0;
+      gen0_n++;
+      if (gst == LM_OK) {
         logf_(c, "  e-graph: %zu nodes, %zu classes, %d iterations (stop %d) in %.3f s; %d terms (%d not "
                  "schedulable), %d distinct, timing %zu\n",
               j->enode, j->eclass, j->iters, j->stop, j->egraph_s, j->samples, j->unemitted, j->distinct, j->nc - 1);
@@ -691,19 +930,38 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       } else decide(c, j, 0, keys, pending, won, 0, 0);
     }
     if (lo == hi) break;
+    double cc0 = lm_search_now();
     compile_jobs(c, jobs + lo, hi - lo, 0);
+    gen0_s += lm_search_now() - cc0;
     for (size_t q = lo; q < hi; q++) {
       job *j = &jobs[q];
-      if (!j->nc || j->nc < 2 || !pending[j->ki]) continue;
+      if (!j->nc || (j->nc < 2 && !j->sk) || !pending[j->ki]) continue;
       logf_(c, "kernel %s: timing\n", plan->kernels[j->ki].name);
+      /* the genetic search's time for this job: half an equal share of what is left, half by its
+       * default time, less what the generation 0 of the kernels still waiting will take (at the
+       * mean so far): every kernel gets its first generation before any gets a later one */
+      double rest = 0, now = lm_search_now();
+      int waiting = 0;
+      for (size_t r = q; r < nj; r++)
+        if (jobs[r].nc && pending[jobs[r].ki] && jobs[r].c[0].status == SK_CS_OK) {
+          rest += jobs[r].c[0].time;
+          waiting += r > q && !(jobs[r].c[0].time < 0.005 * total || jobs[r].c[0].time < 2e-6);
+        }
+      double share = 0.5 / (double)(nj - q) + 0.5 * (rest > 0 ? j->c[0].time / rest : 1);
+      double until = now + (share < 1 ? share : 1) * (c->deadline - now);
+      double reserve = waiting * (gen0_n ? gen0_s / gen0_n : 0);
+      if (until > c->deadline - reserve) until = c->deadline - reserve;
       int win = 0, wrong0 = c->rep->wrong, cand0 = c->rep->candidates;
-      measure_job(c, j, nj - q, &win);
+      measure_job(c, j, nj - q, until, gen0_n ? gen0_s / gen0_n : 0, &win, &gen0_s);
+      job_drop_egraph(j);
       c->rep->searched++;
+      trace_job(c, j, win);
       cand *w = &j->c[win];
       char names[160];
       rule_names(w->rules, names, sizeof names);
       if (win)
-        logf_(c, "  winner cand %d: %.2f us (%.2fx) rules=%s\n", win, 1e6 * w->time, j->c[0].time / w->time, names);
+        logf_(c, "  winner cand %d (generation %d, %s): %.2f us (%.2fx) rules=%s\n", win, w->gen, w->op,
+              1e6 * w->time, j->c[0].time / w->time, names);
       else logf_(c, "  winner: the default schedule (%.2f us)\n", 1e6 * j->c[0].time);
       decide(c, j, win, keys, pending, won, c->rep->candidates - cand0, c->rep->wrong - wrong0);
     }
@@ -974,6 +1232,12 @@ done:
 /* ---------------------------------------------------------------- entry */
 
 lm_status lm_search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts, lm_search_report *rep) {
+  return sk_search_plan_traced(plan, syms, opts, rep, NULL);
+}
+
+lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
+                                lm_search_report *rep, sk_trace *trace) {
+  if (trace) memset(trace, 0, sizeof *trace);
   lm_search_options defaults;
   if (!opts) {
     lm_search_options_init(&defaults);
@@ -988,7 +1252,13 @@ lm_status lm_search_plan(lm_plan *plan, const int64_t *syms, const lm_search_opt
     for (size_t i = 0; i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
     return LM_OK;
   }
-  sctx c = {.o = opts, .plan = plan, .rep = rep, .rng = opts->seed ? opts->seed : 1};
+  sctx c = {.o = opts, .plan = plan, .rep = rep, .rng = opts->seed ? opts->seed : 1, .trace = trace,
+            .ga_generations = SK_GA_GENERATIONS};
+  const char *ge = getenv("LUMEN_SEARCH_GENERATIONS");
+  if (ge && *ge) {
+    long gl = strtol(ge, NULL, 10);
+    c.ga_generations = gl < 0 ? 0 : gl > 1000 ? 1000 : (int)gl;
+  }
   uint8_t *won = NULL;
   c.t0 = lm_search_now();
   c.deadline = c.t0 + opts->budget_s;
