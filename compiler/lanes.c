@@ -53,10 +53,85 @@ typedef struct ln {
   int32_t seg;        /* the lane loop open in the current block, -1 none */
   srand_ rands[MAX_SHARED_RANDS];
   int nrands;
+  uint8_t *jam;       /* per old loop: a layer's output loop, jammed (see mark_jams) */
+  uint8_t *unroll;    /* per old loop: the dot product inside a jammed loop, unrolled */
+  uint8_t *racc;      /* per old statement: an ACC kept as a running value (in a register) */
+  int unrolling;      /* inside a jammed loop: shared statements stay in the lane loop */
   int ok;
 } ln;
 
 static int uses_env(const ln *c, lm_expr e) { return e && (lm_x_vars_used(c->x, e) & 1); }
+
+enum { UNROLL_MAX = 64, UNROLL_STMTS = 2048, JAM = 8 };
+
+/* A layer of a policy, per env: for j (outputs): a = 0; for k: a += w[j,k] x[k]; h[j] = f(a).
+ * In lanes, `for k: for lane: a[lane] += ...` stores and reloads a[] per term. Instead, the
+ * output loop is jammed by JAM (or 4, 2) and the dot product unrolled into one lane loop per
+ * group of outputs, the sums running in registers, k-major:
+ *   for jj: for lane: a0..a7 = 0; for k (unrolled): x = x[k][lane]; a_u += w[8jj+u, k] x;
+ *           h[8jj+u][lane] = f(a_u)
+ * eight independent chains per lane (a single chain of dependent additions is latency-bound).
+ * Each output still sums its terms in order: the same values. A reduction loop qualifies when
+ * its extent is a constant of at most UNROLL_MAX and it holds loads and arithmetic only (no
+ * store, transcendental or RAND: 64 calls of exp in one lane loop do not vectorise), and
+ * updates accumulators declared in the output loop; the output loop when its extent is a
+ * constant multiple of the jam factor and it holds that reduction loop and statements. */
+static int reduction_ok(ln *c, int32_t l) {
+  const lm_kernel *k = c->k;
+  const lm_loop *lp = &k->loops[l];
+  const lm_xnode *e = lm_x_node(c->x, lp->extent);
+  if (lp->kind != LM_L_SERIAL || e->op != LM_X_CONST || e->v < 1 || e->v > UNROLL_MAX ||
+      (int64_t)lp->body.n * e->v > UNROLL_STMTS)
+    return 0;
+  int updates = 0;
+  for (size_t i = 0; i < lp->body.n; i++) {
+    lm_item it = lp->body.items[i];
+    const lm_stmt *s = it.is_loop ? NULL : &k->stmts[it.id];
+    if (!s || s->op == LM_S_STORE || s->op == LM_S_ACC || (s->op >= LM_S_LOG2 && s->op <= LM_S_RECIP) ||
+        s->op == LM_S_RAND)
+      return 0;
+    if (s->op == LM_S_ACC_SUM || s->op == LM_S_ACC_MAX) {
+      if (k->stmts[s->a].loop != lp->parent) return 0;
+      updates++;
+    }
+  }
+  return updates > 0;
+}
+
+static int jam_factor(ln *c, int32_t l) {
+  const lm_xnode *e = lm_x_node(c->x, c->k->loops[l].extent);
+  if (e->op != LM_X_CONST) return 0;
+  for (int u = JAM; u >= 2; u /= 2)
+    if (e->v % u == 0) return u;
+  return 0;
+}
+
+static void mark_jams(ln *c) {
+  const lm_kernel *k = c->k;
+  for (size_t l = 1; l < k->nloops; l++) {
+    const lm_loop *lp = &k->loops[l];
+    if (lp->kind != LM_L_SERIAL || !jam_factor(c, (int32_t)l)) continue;
+    int32_t red = -1;
+    int ok = 1;
+    for (size_t i = 0; i < lp->body.n && ok; i++) {
+      lm_item it = lp->body.items[i];
+      if (!it.is_loop) continue;
+      if (red >= 0 || !reduction_ok(c, (int32_t)it.id)) ok = 0;
+      red = (int32_t)it.id;
+    }
+    if (!ok || red < 0) continue;
+    c->jam[l] = 1;
+    c->unroll[red] = 1;
+  }
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if ((s->op == LM_S_ACC_SUM || s->op == LM_S_ACC_MAX) && s->loop >= 0 && c->unroll[s->loop]) c->racc[s->a] = 1;
+  }
+  for (size_t i = 0; i < k->nstmts; i++) { /* every update of a running accumulator is unrolled */
+    const lm_stmt *s = &k->stmts[i];
+    if ((s->op == LM_S_ACC_SUM || s->op == LM_S_ACC_MAX) && (s->loop < 0 || !c->unroll[s->loop])) c->racc[s->a] = 0;
+  }
+}
 
 static void classify(ln *c) {
   const lm_kernel *k = c->k;
@@ -139,7 +214,7 @@ static uint32_t value(ln *c, uint32_t o) {
   lm_exprs *x = c->x;
   lm_expr lane = lm_x_var(x, c->seg), one = lm_x_const(x, 1);
   if (!c->varying[o]) return c->smap[o];
-  if (d->op == LM_S_ACC) { /* the accumulator's current value */
+  if (d->op == LM_S_ACC && !c->racc[o]) { /* the accumulator's current value */
     lm_stmt ld = {.op = LM_S_LOAD, .loop = c->seg, .buf = c->spill[o] - 1, .local = 1, .idx = lane, .valid = one};
     return add(c, ld, -1);
   }
@@ -208,7 +283,7 @@ static uint32_t shared_words(ln *c, const lm_stmt *s, int64_t cm, int32_t parent
 static void copy_stmt(ln *c, uint32_t old, int32_t parent) {
   lm_stmt s = c->k->stmts[old];
   lm_exprs *x = c->x;
-  if (!c->varying[old]) { /* shared by the lanes: before the open lane loop */
+  if (!c->varying[old] && !c->unrolling) { /* shared by the lanes: before the open lane loop */
     int m = lm_sop_operands(s.op);
     s.loop = parent;
     if (m & 1) s.a = c->smap[s.a];
@@ -226,6 +301,20 @@ static void copy_stmt(ln *c, uint32_t old, int32_t parent) {
   lm_expr lane = lm_x_var(x, c->seg), one = lm_x_const(x, 1);
   c->vmap[0] = lane_env(c);
   c->sseg[old] = c->seg;
+  if (s.op == LM_S_ACC && c->racc[old]) { /* a running value: its initial one */
+    lm_stmt cst = {.op = LM_S_CONST, .loop = c->seg, .f = s.f};
+    c->smap[old] = add(c, cst, -1);
+    return;
+  }
+  if ((s.op == LM_S_ACC_SUM || s.op == LM_S_ACC_MAX) && c->racc[s.a]) { /* a' = a (+|max) v */
+    uint32_t v = value(c, s.b), cur = value(c, s.a);
+    lm_stmt op = {.op = s.op == LM_S_ACC_SUM ? LM_S_ADD : LM_S_MAX, .loop = c->seg, .a = cur, .b = v};
+    c->smap[s.a] = add(c, op, -1); /* the accumulator's value from here on */
+    c->sseg[s.a] = c->seg;
+    c->spill[s.a] = 0, c->cseg[s.a] = -2; /* an older spill would hold an older value */
+    c->smap[old] = c->smap[s.a];
+    return;
+  }
   if (s.op == LM_S_ACC) { /* a per-lane accumulator array */
     c->spill[old] = new_local(c, c->L) + 1;
     lm_stmt cst = {.op = LM_S_CONST, .loop = c->seg, .f = s.f};
@@ -267,6 +356,77 @@ static void copy_stmt(ln *c, uint32_t old, int32_t parent) {
   c->smap[old] = add(c, s, -1);
 }
 
+/* Per jammed output u: the mappings of the output loop's statements. */
+typedef struct jamst {
+  uint32_t *ids;      /* the loop's statements (its block and its reduction's) */
+  size_t n;
+  uint32_t *smap;     /* [JAM][n] */
+  int32_t *sseg;
+} jamst;
+
+static void jam_load(ln *c, jamst *j, int u) {
+  for (size_t i = 0; i < j->n; i++) c->smap[j->ids[i]] = j->smap[u * j->n + i], c->sseg[j->ids[i]] = j->sseg[u * j->n + i];
+}
+
+static void jam_save(ln *c, jamst *j, int u) {
+  for (size_t i = 0; i < j->n; i++) j->smap[u * j->n + i] = c->smap[j->ids[i]], j->sseg[u * j->n + i] = c->sseg[j->ids[i]];
+}
+
+/* Output loop J jammed by U into one lane loop per group (see mark_jams). */
+static void jam_loop(ln *c, int32_t J, int32_t parent) {
+  const lm_kernel *k = c->k;
+  lm_exprs *x = c->x;
+  const lm_loop *jl = &k->loops[J];
+  int U = jam_factor(c, J);
+  int64_t ext = lm_x_node(x, jl->extent)->v;
+  int32_t R = -1;
+  size_t at = 0;
+  for (size_t i = 0; i < jl->body.n; i++)
+    if (jl->body.items[i].is_loop) R = (int32_t)jl->body.items[i].id, at = i;
+  const lm_block *rb = &k->loops[R].body;
+  int64_t K = lm_x_node(x, k->loops[R].extent)->v;
+  jamst js = {0};
+  js.n = jl->body.n - 1 + rb->n;
+  js.ids = lm_calloc(js.n + 1, sizeof *js.ids);
+  js.smap = lm_calloc((size_t)U * js.n + 1, sizeof *js.smap);
+  js.sseg = lm_calloc((size_t)U * js.n + 1, sizeof *js.sseg);
+  int32_t jj = js.ids && js.smap && js.sseg ? lm_kernel_add_loop(c->n, parent, lm_x_const(x, ext / U), LM_L_SERIAL) : -1;
+  if (jj < 0) {
+    c->ok = 0;
+    goto out;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < jl->body.n; i++)
+    if (!jl->body.items[i].is_loop) js.ids[n++] = jl->body.items[i].id;
+  for (size_t i = 0; i < rb->n; i++) js.ids[n++] = rb->items[i].id;
+  for (int u = 0; u < U; u++) jam_save(c, &js, u);
+  c->seg = -1;
+  c->unrolling = 1;
+  lm_expr base = lm_x_mul(x, lm_x_var(x, jj), lm_x_const(x, U));
+  /* the statements before the reduction, per output; then the terms, k-major; then the rest */
+  for (int phase = 0; phase < 3 && c->ok; phase++) {
+    int64_t terms = phase == 1 ? K : 1;
+    for (int64_t kk = 0; kk < terms && c->ok; kk++)
+      for (int u = 0; u < U && c->ok; u++) {
+        jam_load(c, &js, u);
+        c->vmap[J] = lm_x_add(x, base, lm_x_const(x, u));
+        if (phase == 1) {
+          c->vmap[R] = lm_x_const(x, kk);
+          for (size_t i = 0; i < rb->n && c->ok; i++) copy_stmt(c, rb->items[i].id, jj);
+        } else
+          for (size_t i = phase ? at + 1 : 0; i < (phase ? jl->body.n : at) && c->ok; i++)
+            copy_stmt(c, jl->body.items[i].id, jj);
+        jam_save(c, &js, u);
+      }
+  }
+  c->unrolling = 0;
+  c->seg = -1;
+out:
+  lm_free(js.ids);
+  lm_free(js.smap);
+  lm_free(js.sseg);
+}
+
 static void walk(ln *c, const lm_block *b, int32_t parent) {
   for (size_t i = 0; i < b->n && c->ok; i++) {
     lm_item it = b->items[i];
@@ -275,6 +435,10 @@ static void walk(ln *c, const lm_block *b, int32_t parent) {
       continue;
     }
     const lm_loop *l = &c->k->loops[it.id];
+    if (c->jam[it.id]) {
+      jam_loop(c, (int32_t)it.id, parent);
+      continue;
+    }
     c->seg = -1;
     int32_t nl = lm_kernel_add_loop(c->n, parent, remap(c, l->extent), (lm_loopkind)l->kind);
     if (nl < 0) {
@@ -302,12 +466,16 @@ static int lanes_kernel(lm_plan *p, size_t ki, int L) {
   c.spill = lm_calloc(ns, sizeof *c.spill);
   c.cache = lm_calloc(ns, sizeof *c.cache);
   c.cseg = lm_calloc(ns, sizeof *c.cseg);
+  c.jam = lm_calloc(k->nloops + 1, 1);
+  c.unroll = lm_calloc(k->nloops + 1, 1);
+  c.racc = lm_calloc(ns, 1);
   lm_kernel *n = lm_calloc(1, sizeof *n);
   int done = 0;
-  if (!c.varying || !c.written || !c.vmap || !c.smap || !c.sseg || !c.spill || !c.cache || !c.cseg || !n) goto out;
+  if (!c.varying || !c.written || !c.vmap || !c.smap || !c.sseg || !c.spill || !c.cache || !c.cseg || !c.jam || !c.unroll || !c.racc || !n) goto out;
   c.n = n;
   for (size_t i = 0; i < ns; i++) c.cseg[i] = c.sseg[i] = -2;
   classify(&c);
+  mark_jams(&c);
   memcpy(n->name, k->name, sizeof n->name);
   n->anchor = k->anchor;
   n->npar = 1;
@@ -336,6 +504,9 @@ out:
   lm_free(c.spill);
   lm_free(c.cache);
   lm_free(c.cseg);
+  lm_free(c.jam);
+  lm_free(c.unroll);
+  lm_free(c.racc);
   return done;
 }
 

@@ -25,9 +25,11 @@ static const char c_prelude[] =
     "#define LM_HELPER static inline\n"
     "#endif\n"
     "/* a loop over SIMD lanes: vectorised whole, never unrolled first (a fully unrolled lane loop\n"
-    " * leaves the vectoriser nothing to work on) */\n"
+    " * leaves the vectoriser nothing to work on); its iterations are independent by construction\n"
+    " * (compiler/lanes.c: each lane touches its own env's elements), which a long body's\n"
+    " * accesses are too many for the vectoriser to prove */\n"
     "#if defined(__clang__)\n"
-    "#define LM_LANES _Pragma(\"clang loop unroll(disable) vectorize(enable)\")\n"
+    "#define LM_LANES _Pragma(\"clang loop unroll(disable) vectorize(assume_safety)\")\n"
     "#elif defined(__GNUC__)\n"
     "#define LM_LANES _Pragma(\"GCC ivdep\")\n"
     "#else\n"
@@ -390,6 +392,8 @@ static void liveness(rk *r) {
 
 /* Constants always print as literals; a pure statement read once, later in its own block with
  * nothing but pure statements in between, prints inside its reader. */
+enum { INLINE_DISTANCE = 16 };
+
 static void choose_inline(rk *r) {
   const lm_kernel *k = r->k;
   for (size_t i = 0; i < k->nstmts; i++) {
@@ -402,12 +406,17 @@ static void choose_inline(rk *r) {
     uint32_t u = r->user[i];
     if (r->uses[i] != 1 || r->blk[u] != r->blk[i] || r->pos[u] <= r->pos[i]) continue;
     const lm_block *b = block_of(k, r->blk[i]);
-    int ok = 1;
+    int ok = 1, between = 0;
     for (uint32_t j = r->pos[i] + 1; j < r->pos[u] && ok; j++) {
       lm_item it = b->items[j];
       ok = !it.is_loop && (!r->live[it.id] || is_pure(k->stmts[it.id].op));
+      between += !it.is_loop && r->live[it.id] && k->stmts[it.id].op != LM_S_CONST;
     }
-    r->inl[i] = (uint8_t)ok;
+    /* a partial sum read far below where it is made stays a statement there: inlined, the
+     * interleaved running sums of a jammed layer (compiler/lanes.c) would print as one whole
+     * sum after another, and the C compiler would keep every shared term live across them */
+    int partial = s->op == LM_S_ADD || s->op == LM_S_MAX;
+    r->inl[i] = (uint8_t)(ok && (!partial || between <= INLINE_DISTANCE));
   }
 }
 

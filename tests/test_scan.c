@@ -622,3 +622,53 @@ Test(scan, the_cpu_scan_kernel_has_lane_loops_unless_turned_off) {
   cr_assert(on >= 3, "%d lane loops in the dumped scan kernel", on);
   cr_assert_eq(off, 0, "LUMEN_SCAN_LANES=1 still left %d lane loops", off);
 }
+
+/* A layer in lanes is jammed by eight outputs with its dot products as running sums in
+ * registers (compiler/lanes.c); each output still adds its terms in order from +0, so a
+ * matvec step with no transcendental gives ref's bits on cpu, with lanes and without:
+ *   h' = W h + x_t  (h [N, 16], W [16, 16]) */
+Test(scan, jammed_matvec_lanes_give_refs_bits) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, 16});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 16});
+  lm_tensor w = lm_input(g, "W", LM_ROLE_PARAM, 2, (lm_dim[]){16, 16});
+  lm_tensor h2 = lm_add(lm_mul_scalar(lm_matmul(h, lm_transpose(w, 0, 1)), 0.5f), x);
+  OK(lm_output(h2, "y"));
+  OK(lm_assign(h, h2));
+  const int64_t T = 6, Ns[] = {5, 32, 70};
+  for (size_t c = 0; c < sizeof Ns / sizeof Ns[0]; c++) {
+    int64_t n = Ns[c];
+    size_t sn = (size_t)n * 16, tn = (size_t)T * sn;
+    check_rng r = check_rng_new(77 + (uint64_t)n);
+    float *h0 = rand_floats(&r, sn, -1, 1), *xs = rand_floats(&r, tn, -1, 1), *ws = rand_floats(&r, 256, -0.5, 0.5);
+    float *out[3];
+    static const char *const be[3] = {"ref", "cpu", "cpu"};
+    for (int i = 0; i < 3; i++) {
+      if (i == 2) setenv("LUMEN_SCAN_LANES", "1", 1);
+      lm_backend_t *b = open_backend(be[i]);
+      lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+      unsetenv("LUMEN_SCAN_LANES");
+      cr_assert(p, "%s", lm_last_error());
+      OK(lm_program_bind(p, "T", T));
+      OK(lm_program_bind(p, "N", n));
+      put(p, "h", h0, sn);
+      put(p, "x", xs, tn);
+      put(p, "W", ws, 256);
+      OK(lm_program_run(p));
+      out[i] = get(p, "y", tn);
+      lm_program_free(p);
+      lm_backend_free(b);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "N=%lld: cpu lanes vs ref", (long long)n);
+    expect_bits(what, out[1], out[0], tn);
+    snprintf(what, sizeof what, "N=%lld: cpu one env at a time vs ref", (long long)n);
+    expect_bits(what, out[2], out[0], tn);
+    for (int i = 0; i < 3; i++) free(out[i]);
+    free(h0);
+    free(xs);
+    free(ws);
+  }
+  lm_graph_free(g);
+}
