@@ -402,6 +402,7 @@ static int try_tile(const lm_plan *p, const lm_kernel *k, lm_kernel *n) {
 enum { RED_THREADS = 256, RED_MIN = 512, MAX_ACCS = 4 };
 
 typedef struct rd {
+  int warp;               /* > 0: the last halvings by warp shuffles (CUDA) */
   int32_t P;              /* old: the innermost parallel loop */
   int nacc;
   uint32_t acc[MAX_ACCS]; /* old ACC statements updated in reduction loops */
@@ -534,7 +535,8 @@ static void tree(gb *b, rd *q) {
           add(b, (lm_stmt){.op = LM_S_STORE, .loop = th, .buf = sh[a], .local = 1, .idx = t, .a = b->smap[q->acc[a]],
                          .valid = one});
       add(b, (lm_stmt){.op = LM_S_BARRIER, .loop = th});
-      for (int half = RED_THREADS / 2; half >= 1 && b->ok; half /= 2) {
+      int warp = q->warp; /* halvings below the warp's width go by shuffles */
+      for (int half = RED_THREADS / 2; half >= (warp ? warp : 1) && b->ok; half /= 2) {
         lm_expr low = lm_x_simplify(x, lm_x_lt(x, t, lm_x_const(x, half)), NULL);
         lm_expr up = lm_x_simplify(x, lm_x_add(x, t, lm_x_const(x, half)), NULL);
         for (int a = 0; a < q->nacc && b->ok; a++) {
@@ -546,18 +548,24 @@ static void tree(gb *b, rd *q) {
         }
         add(b, (lm_stmt){.op = LM_S_BARRIER, .loop = th});
       }
-      /* the result, for the tail */
-      for (int a = 0; a < q->nacc && b->ok; a++)
-        if (mine[a])
+      /* the result, for the tail (thread 0's: the only one that stores) */
+      for (int a = 0; a < q->nacc && b->ok; a++) {
+        if (!mine[a]) continue;
+        if (warp) { /* the first warp's 32 partials, halved 16, 8, 4, 2, 1 apart: the same pairs */
+          uint32_t v = add(b, (lm_stmt){.op = LM_S_LOAD, .loop = th, .buf = sh[a], .local = 1,
+                                        .idx = lm_x_simplify(x, lm_x_mod(x, t, lm_x_const(x, warp)), NULL), .valid = one});
+          b->smap[q->acc[a]] = add(b, (lm_stmt){.op = q->is_max[a] ? LM_S_WARP_MAX : LM_S_WARP_SUM, .loop = th, .a = v});
+        } else
           b->smap[q->acc[a]] = add(b, (lm_stmt){.op = LM_S_LOAD, .loop = th, .buf = sh[a], .local = 1,
-                                              .idx = lm_x_const(x, 0), .valid = one});
+                                                .idx = lm_x_const(x, 0), .valid = one});
+      }
     }
   }
 }
 
-static int try_tree(const lm_plan *p, const lm_kernel *k, lm_kernel *n) {
+static int try_tree(const lm_plan *p, const lm_kernel *k, lm_kernel *n, int warp) {
   gb b;
-  rd q = {0};
+  rd q = {.warp = warp == 32 ? 32 : 0};
   if (start(&b, p, k, n) != LM_OK || !reducible(&b, &q)) b.ok = 0;
   else tree(&b, &q);
   return finish(&b);
@@ -581,7 +589,7 @@ int lm_schedule_gpu(lm_plan *p, const lm_gpu_options *o) {
     lm_kernel n;
     int done = o->tile_matmuls && try_tile(p, k, &n);
     if (!done) done = try_stage(p, k, &n, o);
-    if (!done && o->tree_reductions) done = try_tree(p, k, &n);
+    if (!done && o->tree_reductions) done = try_tree(p, k, &n, o->warp);
     if (done) {
       lm_kernel_free(&p->kernels[ki]);
       p->kernels[ki] = n;

@@ -11,6 +11,7 @@ typedef struct lm_gpu_options {
   int tile_matmuls;           /* 16x16 output tiles, 256 threads, k in tiles of up to 16 */
   int64_t stage_shared_bytes; /* shared memory the staged arrays of one kernel may take (0: none) */
   int32_t scan_threads;       /* threads per work-group of a staged env-local kernel */
+  int warp;                   /* > 0 (CUDA: 32): a tree's last halvings by warp shuffles */
   int tree_reductions;        /* a work-group of 256 per output of a long (512+ or symbolic)
                                * reduction: strided partials and a barrier tree in shared memory;
                                * sums round differently from the sequential loop */

@@ -32,6 +32,9 @@ typedef enum lm_sop {
   LM_S_STORE,   /* buf[idx] = a */
   LM_S_BARRIER, /* work-group barrier (GPU work-group schedules): shared arrays written before
                  * it are visible to every thread of the group after it */
+  LM_S_WARP_SUM, /* the sum of a over the 32 threads of the calling warp, halving by shuffles
+                  * (16, 8, 4, 2, 1 lanes apart), valid in the warp's first thread (CUDA only) */
+  LM_S_WARP_MAX, /* the same with fmax */
   LM_S_COUNT
 } lm_sop;
 

@@ -117,6 +117,8 @@ int lm_sop_operands(uint8_t op) {
   case LM_S_SQRT:
   case LM_S_RECIP:
   case LM_S_SELECT:
+  case LM_S_WARP_SUM:
+  case LM_S_WARP_MAX:
   case LM_S_STORE: return LM_OPND_A;
   case LM_S_ADD:
   case LM_S_MUL:
@@ -641,7 +643,7 @@ done:
 
 static const char *const sop_names[LM_S_COUNT] = {
     "const", "load", "rand", "log2", "exp2", "sin",  "sqrt",    "recip",   "add",
-    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store", "barrier",
+    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store", "barrier", "warp_sum", "warp_max",
 };
 _Static_assert(sizeof sop_names / sizeof sop_names[0] == LM_S_COUNT, "sop_names covers every statement op");
 

@@ -478,6 +478,7 @@ lm_status lm_compile_iteration(const char *env, lm_target target, const char *ar
     if (st == LM_OK && (target == LM_TARGET_CUDA || target == LM_TARGET_OPENCL) && lm_gpu_schedules_enabled()) {
       lm_gpu_options go; /* as the backends schedule them: 48 KiB of static shared memory on CUDA, */
       lm_gpu_options_default(&go, target == LM_TARGET_CUDA ? 48 * 1024 : 32 * 1024); /* OpenCL's minimum */
+      if (target == LM_TARGET_CUDA) go.warp = 32;
       lm_schedule_gpu(comp.plan, &go);
     }
     if (st == LM_OK)

@@ -44,7 +44,9 @@ static const char c_prelude[] =
     " * keeps a's sign as fmod does (-0 included); inf and NaN give NaN. Unlike fmodf it vectorises. */\n"
     "LM_HELPER float lm_fmod_p2(float a, float b) { return copysignf(a - truncf(a / b) * b, a); }\n";
 
-static const char cuda_prelude[] = "/* lumen kernels: CUDA dialect (NVRTC; compile with --fmad=false) */\n";
+static const char cuda_prelude[] =
+    "/* lumen kernels: CUDA dialect (NVRTC; compile with --fmad=false) */\n"
+    "__device__ __forceinline__ float lm_add(float a, float b) { return a + b; }\n";
 
 static const char opencl_prelude[] =
     "/* lumen kernels: OpenCL C 1.2 dialect */\n"
@@ -263,8 +265,9 @@ static int is_update(uint8_t op) { return op == LM_S_ACC_SUM || op == LM_S_ACC_M
 static int has_value(uint8_t op) {
   return op < LM_S_COUNT && op != LM_S_STORE && op != LM_S_BARRIER && !is_update(op);
 }
-/* Computes a value and changes nothing: may move within its block and be inlined. */
-static int is_pure(uint8_t op) { return has_value(op) && op != LM_S_ACC; }
+/* Computes a value and changes nothing: may move within its block and be inlined. (A warp
+ * reduction talks to the other threads of its warp: it stays where it is.) */
+static int is_pure(uint8_t op) { return has_value(op) && op != LM_S_ACC && op != LM_S_WARP_SUM && op != LM_S_WARP_MAX; }
 
 typedef struct rk {
   lm_exprs *x;
@@ -698,6 +701,19 @@ static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
     print_value(r, sb, s->b, 0);
     lm_sb_puts(sb, ")");
     break;
+  case LM_S_WARP_SUM:
+  case LM_S_WARP_MAX:
+    if (r->dia != LM_DIALECT_CUDA || !r->k->group) {
+      fail(r, "statement %u: a warp reduction outside a CUDA work-group schedule", id);
+      return;
+    }
+    lm_sb_printf(sb, "float v%u = ", id);
+    print_value(r, sb, s->a, 0);
+    lm_sb_printf(sb, ";\n");
+    indent(sb, ind);
+    lm_sb_printf(sb, "for (int o_ = 16; o_ > 0; o_ >>= 1) v%u = %s(v%u, __shfl_down_sync(0xffffffffu, v%u, o_));\n", id,
+                 s->op == LM_S_WARP_SUM ? "lm_add" : "fmaxf", id, id);
+    return;
   case LM_S_BARRIER:
     if (!r->d->barrier || !r->k->group) {
       fail(r, "statement %u: a barrier outside a work-group schedule", id);

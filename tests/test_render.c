@@ -1049,3 +1049,36 @@ Test(render, work_group_schedules_render_shared_arrays_and_barriers_in_gpu_diale
   lm_compiled_free(&comp);
   lm_graph_free(g);
 }
+
+/* A long row sum as a tree reduction (compiler/gpu.c): with warp = 32 (CUDA) its last five
+ * halvings are warp shuffles, which only the CUDA dialect prints; without, the whole tree
+ * stays in shared memory and renders everywhere. */
+Test(render, tree_reductions_end_in_warp_shuffles_in_cuda_only) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim K = lm_sym(g, "K");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){4, K});
+  cr_assert_eq(lm_output(lm_sum_reduce(x, 1), "y"), LM_OK);
+  for (int warp = 0; warp <= 32; warp += 32) {
+    lm_compiled comp;
+    cr_assert_eq(lm_compile(g, NULL, &comp), LM_OK, "%s", lm_last_error());
+    lm_gpu_options go;
+    lm_gpu_options_default(&go, 48 * 1024);
+    go.warp = warp;
+    cr_assert_eq(lm_schedule_gpu(comp.plan, &go), 1, "the row sum was not scheduled");
+    cr_assert_eq(comp.plan->kernels[0].group, 256);
+    char *cu = lm_render_plan(comp.plan, LM_DIALECT_CUDA);
+    cr_assert(cu, "%s", lm_last_error());
+    cr_assert_eq(strstr(cu, "__shfl_down_sync") != NULL, warp == 32, "warp %d:\n%s", warp, cu);
+    lm_free(cu);
+    char *cl = lm_render_plan(comp.plan, LM_DIALECT_OPENCL);
+    if (warp) {
+      cr_assert_null(cl, "OpenCL printed a warp shuffle");
+      cr_assert(strstr(lm_last_error(), "warp"), "%s", lm_last_error());
+    } else {
+      cr_assert(cl && strstr(cl, "barrier(CLK_LOCAL_MEM_FENCE);"), "%s", cl ? cl : lm_last_error());
+    }
+    lm_free(cl);
+    lm_compiled_free(&comp);
+  }
+  lm_graph_free(g);
+}

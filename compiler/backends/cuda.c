@@ -404,6 +404,7 @@ static lm_status cuda_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan
   if (lm_gpu_schedules_enabled()) { /* shared-memory tiles and staged weights (compiler/gpu.c) */
     lm_gpu_options go;
     lm_gpu_options_default(&go, SHARED_BYTES);
+    go.warp = 32; /* tree reductions end in warp shuffles */
     lm_schedule_gpu(x->plan, &go);
   }
   st = LM_ERR_NOMEM;
