@@ -105,7 +105,8 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
   lm_status st;
   /* a: the default schedule; b: the lowered plan, which the search rewrites (it applies the default
    * schedule's rewrites itself where it keeps a kernel) */
-  if ((st = lm_compile(g, NULL, &a.comp)) != LM_OK) goto done;
+  static const lm_compile_options cpu_default = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
+  if ((st = lm_compile_ex(g, NULL, &cpu_default, &a.comp)) != LM_OK) goto done;
   if (!(b.comp.g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL))) {
     st = LM_ERR_INVALID;
     goto done;
