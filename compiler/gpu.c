@@ -70,10 +70,17 @@ static int uses(const lm_exprs *x, lm_expr e, int32_t var) {
   return e && var >= 0 && var < 64 && ((lm_x_vars_used(x, e) >> var) & 1);
 }
 
-static int writes(const lm_kernel *k, uint32_t buf) {
-  for (size_t i = 0; i < k->nstmts; i++)
-    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf == buf) return 1;
-  return 0;
+/* The root block and the blocks of parallel loops 0..last-1 hold nothing but the next loop
+ * and statements that store nothing (the shape both work-group rewrites start from). */
+static int outer_blocks_plain(const lm_kernel *k, int32_t last) {
+  for (int32_t l = -1; l < last; l++) {
+    const lm_block *bl = l < 0 ? &k->root : &k->loops[l].body;
+    for (size_t i = 0; i < bl->n; i++) {
+      lm_item it = bl->items[i];
+      if (it.is_loop ? (int32_t)it.id != l + 1 : k->stmts[it.id].op == LM_S_STORE) return 0;
+    }
+  }
+  return 1;
 }
 
 /* A copy of old statement s in loop `at`: operands mapped, expressions remapped, and loads and
@@ -144,14 +151,7 @@ static int tileable(gb *b, mm *q) {
   const lm_kernel *k = b->k;
   if (k->group || k->npar < 2 || k->nlocals) return 0;
   q->I = k->npar - 2, q->J = k->npar - 1, q->R = -1;
-  /* blocks outside J: statements only (root and the outer parallel loops' blocks) */
-  for (int32_t l = -1; l < q->J; l++) {
-    const lm_block *bl = l < 0 ? &k->root : &k->loops[l].body;
-    for (size_t i = 0; i < bl->n; i++) {
-      lm_item it = bl->items[i];
-      if (it.is_loop ? (int32_t)it.id != l + 1 : k->stmts[it.id].op == LM_S_STORE) return 0;
-    }
-  }
+  if (!outer_blocks_plain(k, q->J)) return 0;
   const lm_block *jb = &k->loops[q->J].body;
   for (size_t i = 0; i < jb->n; i++) {
     lm_item it = jb->items[i];
@@ -170,7 +170,7 @@ static int tileable(gb *b, mm *q) {
     if (s->op == LM_S_ACC_MAX) has_max = 1;
     if (s->op != LM_S_LOAD) continue;
     int r = role(b, q, s);
-    if (r < 0 || writes(k, s->buf)) return 0;
+    if (r < 0 || lm_kernel_writes_buf(k, s->buf)) return 0;
     if (r == 1 && q->nA < MAX_TILED_LOADS) q->A[q->nA++] = it.id;
     else if (r == 2 && q->nB < MAX_TILED_LOADS) q->B[q->nB++] = it.id;
     else if (r) return 0;
@@ -321,7 +321,7 @@ static int choose_staged(gb *b, st_t *s, int64_t budget) {
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *o = &k->stmts[i];
     if (o->op != LM_S_LOAD || o->local || s->stage[o->buf] || !in_serial_loop(k, o->loop)) continue;
-    if (uses(b->x, o->idx, 0) || uses(b->x, o->valid, 0) || writes(k, o->buf)) continue;
+    if (uses(b->x, o->idx, 0) || uses(b->x, o->valid, 0) || lm_kernel_writes_buf(k, o->buf)) continue;
     const lm_xnode *ne = lm_x_node(b->x, b->p->bufs[o->buf].numel);
     if (ne->op != LM_X_CONST || ne->v < 1 || used + ne->v > budget) continue;
     s->stage[o->buf] = 1;
@@ -418,13 +418,7 @@ static int reducible(gb *b, rd *q) {
   if (k->group || k->npar < 1 || k->nlocals) return 0;
   q->P = k->npar - 1;
   int long_one = 0;
-  for (int32_t l = -1; l < q->P; l++) {
-    const lm_block *bl = l < 0 ? &k->root : &k->loops[l].body;
-    for (size_t i = 0; i < bl->n; i++) {
-      lm_item it = bl->items[i];
-      if (it.is_loop ? (int32_t)it.id != l + 1 : k->stmts[it.id].op == LM_S_STORE) return 0;
-    }
-  }
+  if (!outer_blocks_plain(k, q->P)) return 0;
   const lm_block *pb = &k->loops[q->P].body;
   for (size_t i = 0; i < pb->n; i++) {
     lm_item it = pb->items[i];

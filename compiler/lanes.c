@@ -231,22 +231,17 @@ static uint32_t value(ln *c, uint32_t o) {
   return c->cache[o] = add(c, ld, -1);
 }
 
-/* RAND element = env*cm + r with cm = 1 (r = 0) and L*cm a multiple of 4? (The code takes
- * any cm dividing 4; see above for why only 1.) */
+/* RAND element = env (one draw per env) with L a multiple of 4? Then *cm = 1, *r = 0: the
+ * drawing code below handles element = env*cm + r for any cm dividing 4, but sharing a block
+ * between two envs measured slower (see above). */
 static int shared_group(ln *c, const lm_stmt *s, int64_t *cm, int64_t *r) {
   lm_exprs *x = c->x;
-  if (lm_x_vars_used(x, s->idx) != 1) return 0; /* the env alone */
-  for (int64_t m = 1; m <= 1; m++) {
-    if ((c->L * m) % 4) continue;
-    lm_expr d = lm_x_simplify(x, lm_x_sub(x, s->idx, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, m))), NULL);
-    const lm_xnode *dn = d ? lm_x_node(x, d) : NULL;
-    if (dn && dn->op == LM_X_CONST && dn->v >= 0 && dn->v < m) {
-      *cm = m;
-      *r = dn->v;
-      return 1;
-    }
-  }
-  return 0;
+  if (lm_x_vars_used(x, s->idx) != 1 || c->L % 4) return 0; /* the env alone */
+  lm_expr d = lm_x_simplify(x, lm_x_sub(x, s->idx, lm_x_var(x, 0)), NULL);
+  if (!d || !lm_x_is_const(x, d, 0)) return 0;
+  *cm = 1;
+  *r = 0;
+  return 1;
 }
 
 /* The local array holding this block's words of the RAND stream, drawn (once per parent

@@ -166,6 +166,8 @@ int32_t lm_kernel_add_loop_before(lm_kernel *k, int32_t parent, int32_t before, 
 uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);
 int lm_kernel_use_buf(lm_kernel *k, uint32_t buf);
 int lm_loop_depth(const lm_kernel *k, int32_t loop);
+/* Does a STORE of the kernel write plan buffer buf? */
+int lm_kernel_writes_buf(const lm_kernel *k, uint32_t buf);
 /* Adds a local array of n floats (shared: by the work-group); its number, or UINT32_MAX. */
 uint32_t lm_kernel_add_local(lm_kernel *k, int64_t n, int shared);
 /* Frees what the kernel owns and zeroes it (NULL or a zeroed kernel: nothing to do). */

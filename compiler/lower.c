@@ -95,6 +95,12 @@ void lm_kernel_free(lm_kernel *k) {
   memset(k, 0, sizeof *k);
 }
 
+int lm_kernel_writes_buf(const lm_kernel *k, uint32_t buf) {
+  for (size_t i = 0; i < k->nstmts; i++)
+    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf == buf) return 1;
+  return 0;
+}
+
 uint32_t lm_kernel_add_local(lm_kernel *k, int64_t n, int shared) {
   if (!LM_GROW(k->locals, k->localcap, k->nlocals + 1)) return UINT32_MAX;
   uint32_t id = (uint32_t)k->nlocals;

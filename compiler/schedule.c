@@ -50,12 +50,6 @@ static int stride_ok(lm_exprs *x, lm_expr idx, int32_t p, const lm_xctx *ctx) {
   return d && (lm_x_is_const(x, d, 0) || lm_x_is_const(x, d, 1));
 }
 
-static int writes_buf(const lm_kernel *k, uint32_t buf) {
-  for (size_t i = 0; i < k->nstmts; i++)
-    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf == buf) return 1;
-  return 0;
-}
-
 /* Can this strided load be staged: read-only, directly in a reduction loop r of p's block,
  * indexed by p and r alone, constant extents, small enough for the stack? */
 static int stage_load(staging *sg, lm_exprs *x, const lm_stmt *s, int32_t p) {
@@ -66,7 +60,7 @@ static int stage_load(staging *sg, lm_exprs *x, const lm_stmt *s, int32_t p) {
       (s->valid && (lm_x_vars_used(x, s->valid) & ~allowed)))
     return 0;
   const lm_xnode *ep = lm_x_node(x, k->loops[p].extent), *er = lm_x_node(x, k->loops[s->loop].extent);
-  if (ep->op != LM_X_CONST || er->op != LM_X_CONST || writes_buf(k, s->buf)) return 0;
+  if (ep->op != LM_X_CONST || er->op != LM_X_CONST || lm_kernel_writes_buf(k, s->buf)) return 0;
   int64_t floats = ep->v * er->v;
   if (sg->floats + floats > MAX_STAGED_FLOATS) return 0;
   sg->floats += floats;
