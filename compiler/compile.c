@@ -24,7 +24,7 @@ static lm_status lower_plan(lm_compiled *out, const lm_scan_info *scan, const lm
   /* search measures candidates on this machine and keeps the winners; kernels it leaves
    * alone get the default interchange (a fused scan holds local arrays: not searched) */
   if (st == LM_OK && !plain && search && search->budget_s > 0 && !(scan && scan->active))
-    (void)lm_search_plan(out->plan, NULL, search, NULL);
+    (void)lm_search_plan_on(out->plan, NULL, search, NULL, opts->device);
   else if (st == LM_OK && !plain && opts->interchange && !getenv("LUMEN_NO_INTERCHANGE"))
     lm_schedule_interchange(out->plan, opts->stage);
   if (st == LM_OK && !getenv("LUMEN_NO_MERGE") && lm_schedule_merge(out->plan) < 0)

@@ -23,6 +23,7 @@ typedef struct lm_compile_options {
   /* a search of the loop IR (lumen/search.h) when search->budget_s > 0: the measured winners
    * replace the default schedule of every kernel (not of fused scans) */
   const struct lm_search_options *search;
+  const struct lm_search_device *device; /* where the search times candidates (NULL: the cpu) */
   int interchange; /* reductions in i-k-j order over a local row (lm_schedule_interchange): for
                     * vector CPUs; GPUs keep one thread per output element and tile instead */
   int stage;  /* interchange may stage operands in local arrays (a kernel call runs a chunk) */

@@ -580,6 +580,7 @@ int lm_schedule_gpu(lm_plan *p, const lm_gpu_options *o) {
   int changed = 0;
   for (size_t ki = 0; ki < p->nkernels; ki++) {
     const lm_kernel *k = &p->kernels[ki];
+    if (k->group || k->fixed) continue; /* scheduled already, or measured as it is by the search */
     lm_kernel n;
     int done = o->tile_matmuls && try_tile(p, k, &n);
     if (!done) done = try_stage(p, k, &n, o);

@@ -96,6 +96,7 @@ typedef struct lm_kernel {
   int32_t group;
   uint8_t *shared;
   size_t nshared, sharedcap;
+  uint8_t fixed; /* the search measured this schedule on the device: later passes leave it */
 } lm_kernel;
 
 typedef enum lm_bufkind {

@@ -501,6 +501,97 @@ Test(device_program, a_linked_input_reads_the_owner_programs_buffer_on_the_devic
   lm_graph_free(gb);
 }
 
+/* ================================================================ search on the device */
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  static char buf[1 << 22];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static size_t count_of(const char *text, const char *what) {
+  size_t n = 0;
+  for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+  return n;
+}
+
+/* y = A B + C (96x64 times 64x80) and r = row sums of X (8 x 1000): with LUMEN_SEARCH_BUDGET the
+ * program's preparation searches both kernels, timing every candidate on the device (the
+ * emitted kernel and, where they apply, its work-group schedules: tiles, trees); the result
+ * matches ref; a second program of the same graph takes every decision from the tuning cache. */
+Test(device_search, candidates_are_timed_on_the_device_and_a_warm_cache_searches_nothing, .timeout = 240) {
+  char dir[] = "/tmp/lumen-dsearch-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  char log[1200];
+  snprintf(log, sizeof log, "%s/search.log", dir);
+  lm_graph_t *g = lm_graph_new();
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){96, 64});
+  lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){64, 80});
+  lm_tensor c = lm_input(g, "c", LM_ROLE_DATA, 2, (lm_dim[]){96, 80});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){8, 1000});
+  OK(lm_output(lm_add(lm_matmul(a, b), c), "y"));
+  OK(lm_output(lm_sum_reduce(x, 1), "r"));
+  lm_backend_t *dev = open_device(), *ref = open_ref();
+  setenv("LUMEN_SEARCH_BUDGET", "8", 1);
+  setenv("LUMEN_SEARCH_LOG", log, 1);
+  setenv("LUMEN_CACHE_DIR", dir, 1);
+  lm_program_t *p = lm_program_new(dev, g);
+  cr_assert(p, "%s", lm_last_error());
+  lm_program_t *want = lm_program_new(ref, g);
+  cr_assert(want, "%s", lm_last_error());
+  const char *text = slurp(log);
+  cr_assert(text, "no search log at %s", log);
+  cr_assert(strstr(text, "device " DEVICE "|"), "the search did not time on " DEVICE ":\n%.3000s", text);
+  cr_assert(count_of(text, " ok ") >= 4, "fewer than 4 candidates timed ok on the device:\n%.4000s", text);
+  cr_assert(strstr(text, "+gpu"), "no candidate under a work-group schedule:\n%.4000s", text);
+  cr_assert(strstr(text, " 0 wrong"), "a candidate disagreed with the reference:\n%.4000s", text);
+  check_rng r = check_rng_new(11);
+  float *va = rand_floats(&r, 96 * 64, -1, 1), *vb = rand_floats(&r, 64 * 80, -1, 1),
+        *vc = rand_floats(&r, 96 * 80, -1, 1), *vx = rand_floats(&r, 8 * 1000, -1, 1);
+  lm_program_t *ps[2] = {p, want};
+  float *y[2], *rs[2];
+  for (int i = 0; i < 2; i++) {
+    put(ps[i], "a", va, 96 * 64);
+    put(ps[i], "b", vb, 64 * 80);
+    put(ps[i], "c", vc, 96 * 80);
+    put(ps[i], "x", vx, 8 * 1000);
+    OK(lm_program_run(ps[i]));
+    y[i] = get(ps[i], "y", 96 * 80);
+    rs[i] = get(ps[i], "r", 8);
+  }
+  /* searched candidates may sum in another order (split-K, trees): within n eps of ref */
+  for (size_t i = 0; i < 96 * 80; i++)
+    cr_assert(fabsf(y[0][i] - y[1][i]) <= 64 * 1.2e-7f * 64, "y[%zu] = %.9g, ref %.9g", i, (double)y[0][i],
+              (double)y[1][i]);
+  for (size_t i = 0; i < 8; i++)
+    cr_assert(fabsf(rs[0][i] - rs[1][i]) <= 1000 * 1.2e-7f * 1000, "r[%zu] = %.9g, ref %.9g", i, (double)rs[0][i],
+              (double)rs[1][i]);
+  for (int i = 0; i < 2; i++) free(y[i]), free(rs[i]);
+  /* the same graph again: every kernel from the cache, nothing timed */
+  size_t before = strlen(text);
+  lm_program_t *again = lm_program_new(dev, g);
+  cr_assert(again, "%s", lm_last_error());
+  text = slurp(log);
+  const char *tail = text + before;
+  cr_assert(strstr(tail, " 0 candidates timed") && !strstr(tail, "cand 0 "),
+            "the second search timed candidates despite the cache:\n%.3000s", tail);
+  unsetenv("LUMEN_SEARCH_BUDGET");
+  unsetenv("LUMEN_SEARCH_LOG");
+  unsetenv("LUMEN_CACHE_DIR");
+  free(va), free(vb), free(vc), free(vx);
+  lm_program_free(again);
+  lm_program_free(p);
+  lm_program_free(want);
+  lm_backend_free(dev);
+  lm_backend_free(ref);
+  lm_graph_free(g);
+  remove_tree(dir);
+}
+
 #ifdef DEVICE_IS_OPENCL
 /* ================================================================ work-group schedules */
 

@@ -38,8 +38,9 @@ static void train_usage(FILE *out) {
         "  --no-stop           keep training after the env's threshold is reached\n"
         "  --view              watch the current policy in a window while training (q closes it)\n"
         "  --checkpoint-every K  iterations between checkpoints (default 10)\n"
-        "  --search-budget S   seconds of schedule search per program (cpu; 0 = the default\n"
-        "                      schedule); winners are cached, so a rerun does no search\n"
+        "  --search-budget S   seconds of schedule search per program, candidates timed on the\n"
+        "                      device (cpu, opencl, cuda; 0 = the default schedule); winners\n"
+        "                      are cached, so a rerun does no search\n"
         "  --quiet             no per-iteration output\n"
         "\n"
         "Writes DIR/log.csv, DIR/curve.png, DIR/summary.json, DIR/checkpoints/step-<n>.ckpt and\n"
@@ -179,7 +180,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     else if (!strcmp(o, "--checkpoint-every")) { if (!parse_num(o, a, 1, 1e9, &v)) return 2; every = (long)v; }
     else if (!strcmp(o, "--search-budget")) {
       if (!parse_num(o, a, 0, 86400, &v)) return 2;
-      setenv("LUMEN_SEARCH_BUDGET", a, 1); /* read when the cpu backend compiles */
+      setenv("LUMEN_SEARCH_BUDGET", a, 1); /* read when the backend compiles */
     }
     else return bad("unknown option %s", o);
   }

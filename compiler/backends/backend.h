@@ -8,6 +8,8 @@
 #include "graph-impl.h"
 #include "lumen/runtime.h"
 
+struct lm_kernel; /* loopir.h */
+
 /* Everything a run needs, indexed like the graph's inputs and outputs. */
 typedef struct lm_run_args {
   const int64_t *syms;  /* value of every symbol of the graph */
@@ -50,6 +52,19 @@ typedef struct lm_backend_ops {
   lm_status (*sync)(void *ctx);
   /* Kernels per run and arena sizes under these symbol values (NULL: nothing to report). */
   lm_status (*stats)(void *ctx, void *exe, const int64_t *syms, lm_program_stats *out);
+  /* Kernel by kernel, for the search to time candidates on the device (NULL where absent):
+   * builds rendered source of kernel_dialect (lm_dialect) into a module (LM_ERR_COMPILE with
+   * the log); looks up the entry of kernel k (its launch shape: k's work-group size or the
+   * backend's own); launches it over `work` points (the product of k's parallel extents) with
+   * bufs[b] the device buffer of plan buffer b, S the symbols (int64) and R (seed, run) on the
+   * device. Launches are asynchronous: sync waits. */
+  int kernel_dialect;
+  lm_status (*module_build)(void *ctx, const char *src, void **module);
+  void (*module_free)(void *ctx, void *module);
+  lm_status (*module_entry)(void *ctx, void *module, const char *name, const struct lm_kernel *k, void **entry);
+  void (*entry_free)(void *ctx, void *entry);
+  lm_status (*launch_kernel)(void *ctx, void *entry, const struct lm_kernel *k, void *const *bufs, void *S, void *R,
+                             int64_t work);
 } lm_backend_ops;
 
 extern const lm_backend_ops lm_backend_ref;

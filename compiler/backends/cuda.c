@@ -22,6 +22,7 @@
 #include "memplan.h"
 #include "nvrtc.h"
 #include "render.h"
+#include "search/search.h"
 
 /* ---------------------------------------------------------------- the driver API, declared */
 
@@ -207,6 +208,10 @@ typedef struct cuda_ctx {
   char arch[16]; /* "sm_90" */
   char name[256];
   lm_nvrtc *nv;
+  /* kernel by kernel (the search): the device array of buffer pointers and its host copy */
+  cu_ptr kb;
+  uint64_t *kb_host;
+  size_t kb_cap;
 } cuda_ctx;
 
 static lm_status cur(const cuda_ctx *c) { return CU(cu.CtxSetCurrent(c->ctx)); }
@@ -220,9 +225,11 @@ static void cuda_close(void *ctx) {
       cu.StreamSynchronize(c->stream);
       cu.StreamDestroy(c->stream);
     }
+    if (c->kb) cu.MemFree(c->kb);
     cu.PrimaryCtxRelease(c->dev);
   }
   lm_nvrtc_close(c->nv);
+  lm_free(c->kb_host);
   lm_free(c);
 }
 
@@ -397,16 +404,20 @@ static lm_status cuda_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan
     x->scan.per_step = x->per_step;
   }
   lm_compiled comp;
-  if ((st = lm_compile(g, scan, &comp)) != LM_OK) goto fail;
+  lm_gpu_options go; /* shared-memory tiles and staged weights (compiler/gpu.c) */
+  lm_gpu_options_default(&go, SHARED_BYTES);
+  go.warp = 32; /* tree reductions end in warp shuffles */
+  int gpu = lm_gpu_schedules_enabled();
+  /* a search ($LUMEN_SEARCH_BUDGET > 0) times its candidates on this GPU */
+  lm_search_options so;
+  lm_search_options_init(&so);
+  lm_search_device sd = {.ops = &lm_backend_cuda, .ctx = c, .name = c->name, .gpu = gpu ? &go : NULL};
+  lm_compile_options co = {.search = &so, .device = &sd};
+  if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (lm_gpu_schedules_enabled()) { /* shared-memory tiles and staged weights (compiler/gpu.c) */
-    lm_gpu_options go;
-    lm_gpu_options_default(&go, SHARED_BYTES);
-    go.warp = 32; /* tree reductions end in warp shuffles */
-    lm_schedule_gpu(x->plan, &go);
-  }
+  if (gpu) lm_schedule_gpu(x->plan, &go);
   st = LM_ERR_NOMEM;
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   x->base = lm_calloc(x->plan->nbufs + 1, sizeof *x->base);
@@ -652,6 +663,83 @@ static lm_status cuda_time(void *ctx, void *p, double *ms) {
   return st;
 }
 
+/* ---------------------------------------------------------------- kernel by kernel (search) */
+
+typedef struct cuda_entry {
+  cu_function fn;
+  unsigned block;
+} cuda_entry;
+
+static lm_status cuda_module_build(void *ctx, const char *src, void **module) {
+  cuda_ctx *c = ctx;
+  *module = NULL;
+  lm_cubin cubin = {0};
+  char what[64];
+  snprintf(what, sizeof what, "lumen-search-%016llx.cu", (unsigned long long)lm_hash_bytes(src, strlen(src), 0));
+  cu_module mod = NULL;
+  lm_status st = cur(c);
+  if (st == LM_OK) st = lm_nvrtc_compile(c->nv, src, what, c->arch, &cubin);
+  if (st == LM_OK && (st = CU(cu.ModuleLoadData(&mod, cubin.data))) == LM_OK) *module = mod;
+  lm_cubin_free(&cubin);
+  return st;
+}
+
+static void cuda_module_free(void *ctx, void *module) {
+  if (module && cur(ctx) == LM_OK) cu.ModuleUnload((cu_module)module);
+}
+
+static lm_status cuda_module_entry(void *ctx, void *module, const char *name, const lm_kernel *k, void **entry) {
+  cuda_entry *e = lm_calloc(1, sizeof *e);
+  if (!e) return LM_ERR_NOMEM;
+  lm_status st = cur(ctx);
+  if (st == LM_OK) st = CU(cu.ModuleGetFunction(&e->fn, (cu_module)module, name));
+  e->block = k->group > 0 ? (unsigned)k->group : BLOCK;
+  if (st != LM_OK) lm_free(e), e = NULL;
+  *entry = e;
+  return st;
+}
+
+static void cuda_entry_free(void *ctx, void *entry) {
+  (void)ctx;
+  lm_free(entry);
+}
+
+/* Kernels take B, a device array of buffer pointers by plan buffer: kept in c->kb, uploaded
+ * when the pointers a launch needs differ from the last ones. */
+static lm_status cuda_launch_kernel(void *ctx, void *entry, const lm_kernel *k, void *const *bufs, void *S, void *R,
+                                    int64_t work) {
+  cuda_ctx *c = ctx;
+  cuda_entry *e = entry;
+  if (work <= 0) return LM_OK;
+  size_t n = 1;
+  for (size_t j = 0; j < k->nbufs; j++)
+    if (k->bufs[j] + 1 > n) n = k->bufs[j] + 1;
+  lm_status st = cur(c);
+  if (st != LM_OK) return st;
+  int changed = n > c->kb_cap;
+  if (changed) {
+    if (c->kb) cu.MemFree(c->kb), c->kb = 0;
+    lm_free(c->kb_host);
+    c->kb_cap = 0;
+    if (!(c->kb_host = lm_calloc(n, sizeof *c->kb_host))) return LM_ERR_NOMEM;
+    if ((st = CU(cu.MemAlloc(&c->kb, n * sizeof(uint64_t)))) != LM_OK) return st;
+    c->kb_cap = n;
+  }
+  for (size_t j = 0; j < k->nbufs; j++) {
+    uint64_t p = (uint64_t)(uintptr_t)bufs[k->bufs[j]];
+    if (c->kb_host[k->bufs[j]] != p) c->kb_host[k->bufs[j]] = p, changed = 1;
+  }
+  if (changed && (st = CU(cu.MemcpyHtoDAsync(c->kb, c->kb_host, c->kb_cap * sizeof(uint64_t), c->stream))) != LM_OK)
+    return st;
+  unsigned long long blocks = ((unsigned long long)work + e->block - 1) / e->block;
+  if (blocks > 0x7fffffffull)
+    return lm_fail(LM_ERR_UNSUPPORTED, "cuda: kernel %s needs %llu blocks (more than a 1-D grid holds)", k->name, blocks);
+  cu_ptr B = c->kb, Sp = (cu_ptr)(uintptr_t)S, Rp = (cu_ptr)(uintptr_t)R;
+  long long total = work;
+  void *args[] = {&B, &Sp, &Rp, &total};
+  return CU(cu.LaunchKernel(e->fn, (unsigned)blocks, 1, 1, e->block, 1, 1, 0, c->stream, args, NULL));
+}
+
 static lm_status cuda_stats(void *ctx, void *p, const int64_t *syms, lm_program_stats *out) {
   (void)ctx;
   cuda_exe *x = p;
@@ -673,4 +761,10 @@ const lm_backend_ops lm_backend_cuda = {
     .run = cuda_run,
     .sync = cuda_sync,
     .stats = cuda_stats,
+    .kernel_dialect = LM_DIALECT_CUDA,
+    .module_build = cuda_module_build,
+    .module_free = cuda_module_free,
+    .module_entry = cuda_module_entry,
+    .entry_free = cuda_entry_free,
+    .launch_kernel = cuda_launch_kernel,
 };

@@ -22,6 +22,7 @@
 #include "memplan.h"
 #include "nvrtc.h"
 #include "render.h"
+#include "search/search.h"
 
 /* ---------------------------------------------------------------- OpenCL 1.2, declared */
 
@@ -464,6 +465,26 @@ static void ocl_unprepare(void *ctx, void *p) {
   lm_free(x);
 }
 
+/* Work-group size of kernel k built as kr: its work-group schedule's threads (an error when the
+ * device allows fewer for it), else LOCAL within what the device allows. */
+static lm_status local_size(ocl_ctx *c, cl_kern kr, const lm_kernel *k, const char *name, size_t *out) {
+  size_t wg = 0;
+  lm_status st = CL(cl.GetKernelWorkGroupInfo(kr, c->dev, CL_KERNEL_WORK_GROUP_SIZE_, sizeof wg, &wg, NULL));
+  if (st != LM_OK) return st;
+  size_t local = LOCAL, group = (size_t)k->group;
+  if (group) { /* a work-group schedule: exactly its threads, or it cannot run */
+    if (wg && wg < group)
+      return lm_fail(LM_ERR_COMPILE, "opencl: kernel %s needs work-groups of %zu threads; the device allows %zu for it",
+                     name, group, wg);
+    local = group;
+  } else {
+    if (wg && wg < local) local = wg;
+    if (c->max_wg && c->max_wg < local) local = c->max_wg;
+  }
+  *out = local ? local : 1;
+  return LM_OK;
+}
+
 static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   ocl_ctx *c = ctx;
   ocl_exe *x = lm_calloc(1, sizeof *x);
@@ -477,17 +498,22 @@ static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
     x->scan.per_step = x->per_step;
   }
   lm_compiled comp;
-  if ((st = lm_compile(g, scan, &comp)) != LM_OK) goto fail;
+  lm_gpu_options go;
+  lm_gpu_options_default(&go, (int64_t)c->local_mem);
+  if (c->max_wg < 256) go.tile_matmuls = 0;
+  if (c->max_wg < (size_t)go.scan_threads) go.stage_shared_bytes = 0;
+  int gpu = lm_gpu_schedules_enabled();
+  /* a search ($LUMEN_SEARCH_BUDGET > 0) times its candidates on this device, each also under
+   * the work-group schedules; what it decides stays as measured */
+  lm_search_options so;
+  lm_search_options_init(&so);
+  lm_search_device sd = {.ops = &lm_backend_opencl, .ctx = c, .name = c->name, .gpu = gpu ? &go : NULL};
+  lm_compile_options co = {.search = &so, .device = &sd};
+  if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (lm_gpu_schedules_enabled()) {
-    lm_gpu_options go;
-    lm_gpu_options_default(&go, (int64_t)c->local_mem);
-    if (c->max_wg < 256) go.tile_matmuls = 0;
-    if (c->max_wg < (size_t)go.scan_threads) go.stage_shared_bytes = 0;
-    lm_schedule_gpu(x->plan, &go);
-  }
+  if (gpu) lm_schedule_gpu(x->plan, &go);
   st = LM_ERR_NOMEM;
   size_t nb = x->plan->nbufs + 1, nk = x->plan->nkernels + 1;
   x->kernels = lm_calloc(nk, sizeof *x->kernels);
@@ -509,23 +535,7 @@ static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
     char name[48];
     lm_render_entry_name(&x->plan->kernels[i], name, sizeof name);
     CL_OUT(x->kernels[i], cl.CreateKernel(x->prog, name, &e_));
-    if (st != LM_OK) goto fail;
-    size_t wg = 0;
-    if ((st = CL(cl.GetKernelWorkGroupInfo(x->kernels[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE_, sizeof wg, &wg, NULL))) != LM_OK)
-      goto fail;
-    size_t local = LOCAL, group = (size_t)x->plan->kernels[i].group;
-    if (group) { /* a work-group schedule: exactly its threads, or it cannot run */
-      if (wg && wg < group) {
-        st = lm_fail(LM_ERR_COMPILE, "opencl: kernel %s needs work-groups of %zu threads; the device allows %zu for it",
-                     name, group, wg);
-        goto fail;
-      }
-      local = group;
-    } else {
-      if (wg && wg < local) local = wg;
-      if (c->max_wg && c->max_wg < local) local = c->max_wg;
-    }
-    x->local[i] = local ? local : 1;
+    if (st != LM_OK || (st = local_size(c, x->kernels[i], &x->plan->kernels[i], name, &x->local[i])) != LM_OK) goto fail;
   }
   CL_OUT(x->dummy, cl.CreateBuffer(c->ctx, CL_MEM_READ_WRITE_, 64, NULL, &e_));
   if (st != LM_OK) goto fail;
@@ -720,6 +730,73 @@ static lm_status ocl_run(void *ctx, void *p, const lm_run_args *args) {
   return st;
 }
 
+/* ---------------------------------------------------------------- kernel by kernel (search) */
+
+typedef struct ocl_entry {
+  cl_kern kern;
+  size_t local;
+} ocl_entry;
+
+static lm_status ocl_module_build(void *ctx, const char *src, void **module) {
+  ocl_ctx *c = ctx;
+  char what[64];
+  snprintf(what, sizeof what, "lumen-search-%016llx.cl", (unsigned long long)lm_hash_bytes(src, strlen(src), 0));
+  cl_prog prog = NULL;
+  lm_status st = build(c, src, what, &prog);
+  *module = st == LM_OK ? (void *)prog : NULL;
+  return st;
+}
+
+static void ocl_module_free(void *ctx, void *module) {
+  (void)ctx;
+  if (module) cl.ReleaseProgram((cl_prog)module);
+}
+
+static lm_status ocl_module_entry(void *ctx, void *module, const char *name, const lm_kernel *k, void **entry) {
+  ocl_ctx *c = ctx;
+  ocl_entry *e = lm_calloc(1, sizeof *e);
+  if (!e) return LM_ERR_NOMEM;
+  lm_status st;
+  CL_OUT(e->kern, cl.CreateKernel((cl_prog)module, name, &e_));
+  if (st == LM_OK) st = local_size(c, e->kern, k, name, &e->local);
+  if (st != LM_OK) {
+    if (e->kern) cl.ReleaseKernel(e->kern);
+    lm_free(e);
+    e = NULL;
+  }
+  *entry = e;
+  return st;
+}
+
+static void ocl_entry_free(void *ctx, void *entry) {
+  (void)ctx;
+  ocl_entry *e = entry;
+  if (!e) return;
+  if (e->kern) cl.ReleaseKernel(e->kern);
+  lm_free(e);
+}
+
+static lm_status ocl_launch_kernel(void *ctx, void *entry, const lm_kernel *k, void *const *bufs, void *S, void *R,
+                                   int64_t work) {
+  ocl_ctx *c = ctx;
+  ocl_entry *e = entry;
+  if (work <= 0) return LM_OK;
+  lm_status st = LM_OK;
+  cl_uint_ a = 0;
+  for (size_t j = 0; j < k->nbufs && st == LM_OK; j++, a++) {
+    cl_buf m = (cl_buf)bufs[k->bufs[j]];
+    st = CL(cl.SetKernelArg(e->kern, a, sizeof m, &m));
+  }
+  cl_buf s = (cl_buf)S, r = (cl_buf)R;
+  int64_t total = work; /* cl_long */
+  if (st == LM_OK) st = CL(cl.SetKernelArg(e->kern, a++, sizeof s, &s));
+  if (st == LM_OK) st = CL(cl.SetKernelArg(e->kern, a++, sizeof r, &r));
+  if (st == LM_OK) st = CL(cl.SetKernelArg(e->kern, a++, sizeof total, &total));
+  size_t global = round_up((size_t)work, e->local);
+  if (st == LM_OK) st = CL(cl.EnqueueNDRangeKernel(c->queue, e->kern, 1, NULL, &global, &e->local, 0, NULL, NULL));
+  return st;
+}
+
 static lm_status ocl_stats(void *ctx, void *p, const int64_t *syms, lm_program_stats *out) {
   (void)ctx;
   ocl_exe *x = p;
@@ -741,4 +818,10 @@ const lm_backend_ops lm_backend_opencl = {
     .run = ocl_run,
     .sync = ocl_sync,
     .stats = ocl_stats,
+    .kernel_dialect = LM_DIALECT_OPENCL,
+    .module_build = ocl_module_build,
+    .module_free = ocl_module_free,
+    .module_entry = ocl_module_entry,
+    .entry_free = ocl_entry_free,
+    .launch_kernel = ocl_launch_kernel,
 };

@@ -1,6 +1,7 @@
 /* compiler/search/bench.c — lm_search_bench (lumen/search.h): the default schedule and the
  * searched one of the same graph, compiled and run side by side on the cpu on the same random
- * inputs; outputs compared, each plan timed as a whole (kernels only, minimum over batches). */
+ * inputs; outputs compared, each plan timed as a whole (kernels only, minimum over batches).
+ * LUMEN_SEARCH_PROFILE=1 also prints every kernel's time in both plans (stderr). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 typedef struct built {
   lm_compiled comp;
   lm_cc_lib *lib;
-  sk_kernel_fn *fns;
+  void **fns;
   int64_t *syms;
   sk_bench bench;
   int have_bench;
@@ -40,9 +41,10 @@ static lm_status bind_syms(built *b, const char *const *names, const int64_t *va
   return LM_OK;
 }
 
-static lm_status build_plan(built *b, lm_cc *cc, lm_pool *pool, uint64_t seed) {
+static lm_status build_plan(built *b, lm_cc *cc, lm_pool *pool, uint64_t seed, const char *tag) {
   char *src = lm_render_plan(b->comp.plan, LM_DIALECT_C);
   if (!src) return LM_ERR_INVALID;
+  lm_dump_source(tag, "c", src, b->comp.plan);
   lm_status st = lm_cc_build(cc, src, &b->lib);
   lm_free(src);
   if (st != LM_OK) return st;
@@ -50,11 +52,10 @@ static lm_status build_plan(built *b, lm_cc *cc, lm_pool *pool, uint64_t seed) {
   if (!(b->fns = lm_calloc(p->nkernels + 1, sizeof *b->fns))) return LM_ERR_NOMEM;
   for (size_t i = 0; i < p->nkernels; i++) {
     char name[48];
-    void *sym = lm_cc_sym(b->lib, lm_render_entry_name(&p->kernels[i], name, sizeof name));
-    if (!sym) return LM_ERR_COMPILE;
-    memcpy(&b->fns[i], &sym, sizeof sym);
+    if (!(b->fns[i] = lm_cc_sym(b->lib, lm_render_entry_name(&p->kernels[i], name, sizeof name))))
+      return LM_ERR_COMPILE;
   }
-  st = skb_open(&b->bench, p, b->syms, pool, seed);
+  st = skb_open(&b->bench, p, b->syms, pool, NULL, seed);
   b->have_bench = st == LM_OK;
   return st;
 }
@@ -136,7 +137,7 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
     }
   if (len >= sizeof out->winner) out->winner[sizeof out->winner - 1] = 0;
   if ((st = lm_cc_open(&cc)) != LM_OK || (st = lm_pool_new(o->threads, &pool)) != LM_OK) goto done;
-  if ((st = build_plan(&a, cc, pool, o->seed + 99)) != LM_OK || (st = build_plan(&b, cc, pool, o->seed + 99)) != LM_OK)
+  if ((st = build_plan(&a, cc, pool, o->seed + 99, "search-default")) != LM_OK || (st = build_plan(&b, cc, pool, o->seed + 99, "search-searched")) != LM_OK)
     goto done;
   out->kernels_default = (int)a.comp.plan->nkernels;
   out->kernels_searched = (int)b.comp.plan->nkernels;
@@ -157,6 +158,19 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
     }
     double e = den > 0 ? num / den : num;
     if (e > out->max_rel_err) out->max_rel_err = e;
+  }
+  if (getenv("LUMEN_SEARCH_PROFILE")) {
+    for (int w = 0; w < 2; w++) {
+      built *x = w ? &b : &a;
+      double sum = 0;
+      for (size_t i = 0; i < x->comp.plan->nkernels; i++) {
+        const lm_kernel *k = &x->comp.plan->kernels[i];
+        double t = skb_time(&x->bench, k, x->fns[i], INFINITY, 0.02);
+        sum += t;
+        fprintf(stderr, "%s %-20s %8.2f us\n", w ? "searched" : "default ", k->name, 1e6 * t);
+      }
+      fprintf(stderr, "%s sum %.2f us\n", w ? "searched" : "default ", 1e6 * sum);
+    }
   }
   out->default_s = time_plan(&a, 1.5);
   out->searched_s = time_plan(&b, 1.5);

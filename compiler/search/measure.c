@@ -6,16 +6,24 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "memplan.h"
 #include "search/search-impl.h"
 
 /* ---------------------------------------------------------------- buffers */
 
-lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_pool *pool, uint64_t seed) {
+static lm_status dev_check(sk_bench *b, lm_status st) {
+  if (st != LM_OK && b->dev_status == LM_OK) b->dev_status = st;
+  return st;
+}
+
+lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_pool *pool, const lm_search_device *dev,
+                   uint64_t seed) {
   memset(b, 0, sizeof *b);
   b->plan = plan;
   b->syms = syms;
   b->pool = pool;
+  b->dev = dev;
   b->nbufs = plan->nbufs;
   b->bufs = lm_calloc(plan->nbufs + 1, sizeof *b->bufs);
   b->count = lm_calloc(plan->nbufs + 1, sizeof *b->count);
@@ -35,14 +43,41 @@ lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_poo
       return LM_ERR_NOMEM;
     }
   }
+  if (dev) {
+    const lm_backend_ops *ops = dev->ops;
+    size_t ns = plan->g->x.nsyms;
+    b->dbufs = lm_calloc(plan->nbufs + 1, sizeof *b->dbufs);
+    b->host_new = lm_calloc(plan->nbufs + 1, 1);
+    b->dev_new = lm_calloc(plan->nbufs + 1, 1);
+    lm_status st = b->dbufs && b->host_new && b->dev_new ? LM_OK : LM_ERR_NOMEM;
+    for (size_t i = 0; i < plan->nbufs && st == LM_OK; i++)
+      st = ops->alloc(dev->ctx, (b->count[i] + 16) * sizeof(float), &b->dbufs[i]);
+    if (st == LM_OK) st = ops->alloc(dev->ctx, (ns + 1) * sizeof(int64_t), &b->dS);
+    if (st == LM_OK) st = ops->alloc(dev->ctx, 2 * sizeof(uint64_t), &b->dR);
+    if (st == LM_OK && ns) st = ops->write(dev->ctx, b->dS, syms, ns * sizeof(int64_t));
+    if (st != LM_OK) {
+      skb_close(b);
+      return st;
+    }
+  }
   skb_fill(b, seed);
   return LM_OK;
 }
 
 void skb_close(sk_bench *b) {
+  if (b->dev) {
+    const lm_backend_ops *ops = b->dev->ops;
+    ops->sync(b->dev->ctx);
+    for (size_t i = 0; b->dbufs && i < b->nbufs; i++) ops->release(b->dev->ctx, b->dbufs[i]);
+    if (b->dS) ops->release(b->dev->ctx, b->dS);
+    if (b->dR) ops->release(b->dev->ctx, b->dR);
+  }
   for (size_t i = 0; b->bufs && i < b->nbufs; i++) lm_free(b->bufs[i]);
   lm_free(b->bufs);
   lm_free(b->count);
+  lm_free(b->dbufs);
+  lm_free(b->host_new);
+  lm_free(b->dev_new);
   memset(b, 0, sizeof *b);
 }
 
@@ -55,6 +90,31 @@ void skb_fill(sk_bench *b, uint64_t seed) {
       b->bufs[i][j] = (sk_rand(&st) & 1) ? v : -v;
     }
   b->seed = seed;
+  skb_touch(b, NULL);
+  if (b->dev) { /* R = (seed, 7), as the cpu launch passes it */
+    uint64_t r[2] = {seed, 7};
+    dev_check(b, b->dev->ops->write(b->dev->ctx, b->dR, r, sizeof r));
+  }
+}
+
+void skb_touch(sk_bench *b, const uint8_t *w) {
+  for (size_t i = 0; b->dev && i < b->nbufs; i++)
+    if (!w || w[i]) b->host_new[i] = 1, b->dev_new[i] = 0;
+}
+
+void skb_pull(sk_bench *b, const uint8_t *w) {
+  if (!b->dev) return;
+  int synced = 0;
+  for (size_t i = 0; i < b->nbufs; i++)
+    if ((!w || w[i]) && b->dev_new[i]) {
+      if (!synced) dev_check(b, b->dev->ops->sync(b->dev->ctx)), synced = 1;
+      if (b->count[i]) dev_check(b, b->dev->ops->read(b->dev->ctx, b->dbufs[i], b->bufs[i], b->count[i] * sizeof(float)));
+      b->dev_new[i] = 0;
+    }
+}
+
+void skb_sync(sk_bench *b) {
+  if (b->dev) dev_check(b, b->dev->ops->sync(b->dev->ctx));
 }
 
 /* ---------------------------------------------------------------- launching and timing */
@@ -75,10 +135,33 @@ static void run_chunk(void *arg, int64_t start, int64_t end) {
 
 enum { BLOCK = 64 }; /* as compiler/backends/cpu.c */
 
-void skb_launch(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn) {
+/* On the device: up-to-date inputs, one launch, its stores marked newer there. */
+static void dev_launch(sk_bench *b, const lm_kernel *k, void *fn, int64_t work) {
+  const lm_backend_ops *ops = b->dev->ops;
+  if (b->dev_status != LM_OK) return;
+  for (size_t j = 0; j < k->nbufs; j++) {
+    uint32_t i = k->bufs[j];
+    if (i < b->nbufs && b->host_new[i]) {
+      if (b->count[i] && dev_check(b, ops->write(b->dev->ctx, b->dbufs[i], b->bufs[i], b->count[i] * sizeof(float))))
+        return;
+      b->host_new[i] = 0;
+    }
+  }
+  if (dev_check(b, ops->launch_kernel(b->dev->ctx, fn, k, b->dbufs, b->dS, b->dR, work)) != LM_OK) return;
+  for (size_t i = 0; i < k->nstmts; i++)
+    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf < b->nbufs) b->dev_new[k->stmts[i].buf] = 1;
+}
+
+void skb_launch(sk_bench *b, const lm_kernel *k, void *fnp) {
   const lm_exprs *x = &b->plan->g->x;
   int64_t n = k->npar ? lm_x_eval(x, k->loops[0].extent, NULL, b->syms) : 1, work = 1;
   for (int l = 0; l < k->npar; l++) work *= lm_x_eval(x, k->loops[l].extent, NULL, b->syms);
+  if (b->dev) {
+    dev_launch(b, k, fnp, work);
+    return;
+  }
+  sk_kernel_fn fn;
+  memcpy(&fn, &fnp, sizeof fn);
   int64_t per = n > 0 ? work / n : 1;
   uint64_t rng[2] = {b->seed, 7};
   launch l = {fn, b->bufs, b->syms, rng, BLOCK, n};
@@ -88,10 +171,12 @@ void skb_launch(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn) {
   else run_chunk(&l, 0, (n + BLOCK - 1) / BLOCK);
 }
 
-double skb_time(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn, double cutoff, double max_s) {
+double skb_time(sk_bench *b, const lm_kernel *k, void *fn, double cutoff, double max_s) {
   skb_launch(b, k, fn); /* warm up: caches, page faults, the pool's threads */
+  skb_sync(b);
   double t0 = lm_search_now();
   skb_launch(b, k, fn);
+  skb_sync(b);
   double best = lm_search_now() - t0;
   if (best > cutoff) return best;
   /* many short samples (about 100 us each): on a shared machine the minimum of short samples
@@ -103,6 +188,7 @@ double skb_time(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn, double cutoff,
   for (int rep = 0; rep < 200; rep++) {
     double a = lm_search_now();
     for (long i = 0; i < batch; i++) skb_launch(b, k, fn);
+    skb_sync(b);
     double per = (lm_search_now() - a) / (double)batch;
     if (per < best) best = per;
     if (per > cutoff || (rep >= 4 && lm_search_now() - start > max_s)) break;

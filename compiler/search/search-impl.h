@@ -36,7 +36,10 @@ uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding);
 /* ---- measurement (measure.c) */
 typedef void (*sk_kernel_fn)(float *const *B, const int64_t *S, const uint64_t *R, int64_t start, int64_t end);
 
-/* Host buffers for every plan buffer under concrete symbols, inputs random. */
+/* Host buffers for every plan buffer under concrete symbols, inputs random; with a device
+ * (search.h), a device buffer beside each, kept in step: host writes (fill, poison, the
+ * interpreter: skb_touch) go up before the next launch that uses them, what a launch stores
+ * comes down when skb_pull asks for it. */
 typedef struct sk_bench {
   const lm_plan *plan;
   const int64_t *syms;
@@ -45,17 +48,29 @@ typedef struct sk_bench {
   size_t *count;
   lm_pool *pool;
   uint64_t seed;
+  const lm_search_device *dev; /* NULL: the cpu (kernels are sk_kernel_fn) */
+  void **dbufs, *dS, *dR;
+  uint8_t *host_new, *dev_new;
+  lm_status dev_status;        /* the first device error (launches after it do nothing) */
 } sk_bench;
 
-lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_pool *pool, uint64_t seed);
+lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_pool *pool, const lm_search_device *dev,
+                   uint64_t seed);
 void skb_close(sk_bench *b);
 /* Refills every buffer with fresh random values (inputs away from zero). */
 void skb_fill(sk_bench *b, uint64_t seed);
-/* One launch of a compiled kernel as the cpu backend launches it (chunks of loop 0 on the pool). */
-void skb_launch(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn);
+/* The host copies of the buffers flagged in w (a byte per plan buffer; NULL: all) changed. */
+void skb_touch(sk_bench *b, const uint8_t *w);
+/* The host copies of the buffers flagged in w (NULL: all) brought up to date. */
+void skb_pull(sk_bench *b, const uint8_t *w);
+/* One launch of a compiled kernel as its backend launches it: on the cpu, chunks of loop 0 on
+ * the pool (fn is an sk_kernel_fn); on a device, fn is the backend's entry (asynchronous). */
+void skb_launch(sk_bench *b, const lm_kernel *k, void *fn);
+/* Waits for the device (nothing on the cpu). */
+void skb_sync(sk_bench *b);
 /* Minimum seconds per launch over several timed batches; stops early (returning what it has)
  * once a batch shows the kernel is slower than `cutoff` seconds. */
-double skb_time(sk_bench *b, const lm_kernel *k, sk_kernel_fn fn, double cutoff, double max_s);
+double skb_time(sk_bench *b, const lm_kernel *k, void *fn, double cutoff, double max_s);
 /* Elementwise |a - b| <= rtol*|b| + atol*max|b|; NaN must match NaN. Returns the worst
  * normalised error (0 when equal; > 1 fails), or INFINITY on a NaN/inf mismatch. */
 double skb_compare(const float *a, const float *b, size_t n, double rtol, double atol);

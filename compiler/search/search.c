@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
+#include "gpu.h"
 #include "render.h"
 #include "search/search-impl.h"
 
@@ -58,7 +60,8 @@ typedef struct cand {
   int rounding;
   double est, time;
   int status;
-  sk_kernel_fn fn;
+  void *fn;        /* cpu: an sk_kernel_fn; device: the backend's entry */
+  int gpu;         /* the gpu work-group schedule applied on top of the term (device searches) */
   uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
   int gen;          /* generation that made it */
   char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
@@ -95,8 +98,12 @@ typedef struct sctx {
   int have_bench;
   lm_search_report *rep;
   lm_search_kernel_report *kr; /* per kernel of the plan after stage 1 */
-  lm_cc_lib **libs;
+  const lm_search_device *dev; /* NULL: the cpu */
+  int dialect;                 /* what candidates are rendered in */
+  void **libs;                 /* cpu: lm_cc_lib; device: the backend's modules */
   size_t nlibs, libcap;
+  void **entries;              /* device: the entries looked up (freed at the end) */
+  size_t nentries, entrycap;
   uint8_t *enabled_k, *enabled_p;
   int ga_generations; /* generation limit of the genetic search (0: none) */
   sk_trace *trace;    /* NULL: not recorded */
@@ -163,7 +170,7 @@ static void written(const lm_plan *p, const lm_kernel *k, uint8_t *w) {
 static lm_status add_source(sctx *c, lm_sb *tu, const lm_kernel *k, const char *name) {
   lm_kernel tmp = *k; /* shallow: only the name differs */
   snprintf(tmp.name, sizeof tmp.name, "%s", name);
-  char *src = lm_render_kernel(c->plan, &tmp, LM_DIALECT_C);
+  char *src = lm_render_kernel(c->plan, &tmp, c->dialect);
   if (!src) return LM_ERR_INVALID;
   lm_sb_puts(tu, "\n");
   lm_sb_puts(tu, src);
@@ -171,27 +178,41 @@ static lm_status add_source(sctx *c, lm_sb *tu, const lm_kernel *k, const char *
   return LM_OK;
 }
 
-static lm_cc_lib *build_tu(sctx *c, const char *src) {
-  lm_cc_lib *lib = NULL;
-  if (lm_cc_build(c->cc, src, &lib) != LM_OK) return NULL;
+static void *build_tu(sctx *c, const char *src) {
+  void *lib = NULL;
+  if (c->dev) {
+    if (c->dev->ops->module_build(c->dev->ctx, src, &lib) != LM_OK) {
+      logf_(c, "  (a translation unit did not build on the device: %.400s)\n", lm_last_error());
+      return NULL;
+    }
+  } else if (lm_cc_build(c->cc, src, (lm_cc_lib **)&lib) != LM_OK)
+    return NULL;
   if (!LM_GROW(c->libs, c->libcap, c->nlibs + 1)) {
-    lm_cc_lib_close(lib);
+    if (c->dev) c->dev->ops->module_free(c->dev->ctx, lib);
+    else lm_cc_lib_close(lib);
     return NULL;
   }
   c->libs[c->nlibs++] = lib;
   return lib;
 }
 
-static sk_kernel_fn sym_fn(lm_cc_lib *lib, const char *name) {
-  void *p = lm_cc_sym(lib, name);
-  sk_kernel_fn f = NULL;
-  if (p) memcpy(&f, &p, sizeof p);
-  return f;
+/* The kernel `name` of a built translation unit: a function pointer on the cpu, the backend's
+ * entry (kept for freeing at the end) on a device. */
+static void *sym_fn(sctx *c, void *lib, const char *name, const lm_kernel *k) {
+  if (c->dev) {
+    void *e = NULL;
+    if (!LM_GROW(c->entries, c->entrycap, c->nentries + 1) ||
+        c->dev->ops->module_entry(c->dev->ctx, lib, name, k, &e) != LM_OK)
+      return NULL;
+    c->entries[c->nentries++] = e;
+    return e;
+  }
+  return lm_cc_sym(lib, name);
 }
 
 /* Compiles every candidate of every job in one translation unit (per job when that fails). */
 static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
-  char *pre = lm_render_prelude(LM_DIALECT_C);
+  char *pre = lm_render_prelude(c->dialect);
   if (!pre) return;
   size_t lo = 0;
   while (lo < nj) {
@@ -207,7 +228,7 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
         if (add_source(c, &tu, &d->k, name) != LM_OK) d->status = SK_CS_NOBUILD;
       }
     char *src = lm_sb_take(&tu);
-    lm_cc_lib *lib = src ? build_tu(c, src) : NULL;
+    void *lib = src ? build_tu(c, src) : NULL;
     lm_free(src);
     if (!lib && !per_job && nj > 1) {
       lm_free(pre);
@@ -219,7 +240,7 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
         cand *d = &jobs[j].c[n];
         if (d->status != SK_CS_UNTESTED || d->fn) continue;
         snprintf(name, sizeof name, "sj%zu_%zu", j, n);
-        if (!lib || !(d->fn = sym_fn(lib, name))) d->status = SK_CS_NOBUILD;
+        if (!lib || !(d->fn = sym_fn(c, lib, name, &d->k))) d->status = SK_CS_NOBUILD;
       }
     lo = hi;
   }
@@ -234,7 +255,29 @@ static int interchange_one(lm_plan *plan, lm_kernel *k) {
   lm_plan tmp = *plan;
   tmp.kernels = k;
   tmp.nkernels = tmp.kernelcap = 1;
-  return lm_schedule_interchange(&tmp, 1); /* search runs on the cpu: the cpu's default */
+  return lm_schedule_interchange(&tmp, 1); /* the cpu's default */
+}
+
+/* The GPU work-group schedules (compiler/gpu.c) of one kernel, in place; 1 when they apply. */
+static int gpu_one(const lm_plan *plan, lm_kernel *k, const lm_gpu_options *go) {
+  lm_plan tmp = *plan;
+  tmp.kernels = k;
+  tmp.nkernels = tmp.kernelcap = 1;
+  tmp.copies = NULL, tmp.ncopies = 0; /* liveness over this kernel alone must not touch the plan */
+  lm_pbuf *bufs = lm_malloc((plan->nbufs + 1) * sizeof *bufs);
+  if (!bufs) return 0;
+  memcpy(bufs, plan->bufs, plan->nbufs * sizeof *bufs);
+  tmp.bufs = bufs;
+  int r = lm_schedule_gpu(&tmp, go) > 0;
+  lm_free(bufs);
+  return r;
+}
+
+/* The kernel as the backend would run it without a search: the cpu's interchange, or on a
+ * device the work-group schedules the backend applies after lowering. */
+static int default_rewrite(sctx *c, lm_kernel *k) {
+  if (!c->dev) return interchange_one(c->plan, k);
+  return c->dev->gpu && lm_gpu_schedules_enabled() ? gpu_one(c->plan, k, c->dev->gpu) : 0;
 }
 
 /* ---------------------------------------------------------------- candidates of one kernel */
@@ -270,7 +313,7 @@ static int cmp_est(const void *a, const void *b) {
 static uint64_t source_hash(sctx *c, const lm_kernel *k) {
   lm_kernel tmp = *k;
   snprintf(tmp.name, sizeof tmp.name, "cand");
-  char *src = lm_render_kernel(c->plan, &tmp, LM_DIALECT_C);
+  char *src = lm_render_kernel(c->plan, &tmp, c->dialect);
   if (!src) return 0;
   uint64_t h = lm_hash_bytes(src, strlen(src), 3);
   lm_free(src);
@@ -280,15 +323,45 @@ static uint64_t source_hash(sctx *c, const lm_kernel *k) {
 /* Adds the term's kernel unless an equal source is there already: the new candidate's index,
  * else -1 (its source is there: a genome is kept for a candidate that had none, so the default
  * schedule's twin among the extractions can be a parent) or -2 (not schedulable as chosen). */
+static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t *genome, int gen, const char *op,
+                      lm_kernel *k, int gpu);
+
+/* On a device with work-group schedules, the term's kernel is tried both as emitted (one thread
+ * per point of its parallel loops) and under the schedules of compiler/gpu.c where they apply:
+ * thread mapping, shared-memory tiles and staging, tree reductions. */
 static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t *genome, int gen, const char *op) {
-  const lm_kernel *orig = &c->plan->kernels[j->ki];
-  size_t ncl = s->eg->nclasses;
-  cand d;
-  memset(&d, 0, sizeof d);
-  if (sk_emit_kernel(s, t, t->root, orig, &d.k) != LM_OK) {
+  lm_kernel k;
+  if (sk_emit_kernel(s, t, t->root, &c->plan->kernels[j->ki], &k) != LM_OK) {
     j->unemitted++;
     return -2;
   }
+  lm_kernel g;
+  lm_gpu_options go;
+  int gpu = c->dev && c->dev->gpu && lm_gpu_schedules_enabled() && sk_kernel_copy(&k, &g) == LM_OK;
+  if (gpu) {
+    go = *c->dev->gpu;
+    if (!c->o->allow_rounding) go.tree_reductions = 0; /* trees sum in another order */
+    if (!gpu_one(c->plan, &g, &go)) lm_kernel_free(&g), gpu = 0;
+  }
+  int r = add_kernel(c, s, j, t, genome, gen, op, &k, 0);
+  if (gpu) {
+    char op2[48];
+    snprintf(op2, sizeof op2, "%s+gpu", op);
+    int r2 = add_kernel(c, s, j, t, genome, gen, op2, &g, 1);
+    if (r < 0) r = r2;
+  }
+  return r;
+}
+
+static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t *genome, int gen, const char *op,
+                      lm_kernel *k, int gpu) {
+  size_t ncl = s->eg->nclasses;
+  cand d;
+  memset(&d, 0, sizeof d);
+  d.k = *k; /* owned from here */
+  memset(k, 0, sizeof *k);
+  d.gpu = gpu;
+  d.rounding = gpu && c->dev->gpu->tree_reductions && c->o->allow_rounding;
   d.hash = source_hash(c, &d.k);
   if (!d.hash) {
     logf_(c, "  (an emitted kernel did not render: %s)\n", lm_last_error());
@@ -302,8 +375,18 @@ static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t 
         memcpy(j->c[i].genome, genome, ncl * sizeof *genome);
       return -1;
     }
-  d.term = sk_term_print(s, t);
-  d.rules = sk_term_rules(s, t, &d.rounding);
+  char *term = sk_term_print(s, t);
+  if (term && gpu) { /* the cache keeps the variant: "gpu " before the term */
+    size_t n = strlen(term);
+    char *g2 = lm_malloc(n + 5);
+    if (g2) memcpy(g2, "gpu ", 4), memcpy(g2 + 4, term, n + 1);
+    lm_free(term);
+    term = g2;
+  }
+  d.term = term;
+  int rounding = 0;
+  d.rules = sk_term_rules(s, t, &rounding);
+  d.rounding |= rounding;
   d.est = sk_estimate(c->plan, &d.k, c->syms);
   d.gen = gen;
   snprintf(d.op, sizeof d.op, "%s", op);
@@ -323,7 +406,7 @@ static lm_status default_cand(sctx *c, job *j) {
   memset(&j->c[0], 0, sizeof j->c[0]);
   lm_status st = sk_kernel_copy(&plan->kernels[j->ki], &j->c[0].k);
   if (st != LM_OK) return st;
-  interchange_one(plan, &j->c[0].k);
+  default_rewrite(c, &j->c[0].k);
   j->nc = 1;
   snprintf(j->c[0].op, sizeof j->c[0].op, "default");
   j->c[0].hash = source_hash(c, &j->c[0].k);
@@ -443,7 +526,7 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
 
 static lm_status ensure_bench(sctx *c) {
   if (c->have_bench) return LM_OK;
-  lm_status st = skb_open(&c->bench, c->plan, c->syms, c->pool, c->o->seed);
+  lm_status st = skb_open(&c->bench, c->plan, c->syms, c->pool, c->dev, c->o->seed);
   if (st == LM_OK) c->have_bench = 1;
   return st;
 }
@@ -452,11 +535,13 @@ static void poison(sctx *c, const uint8_t *w) {
   for (size_t b = 0; b < c->plan->nbufs; b++)
     if (w[b])
       for (size_t i = 0; i < c->bench.count[b]; i++) c->bench.bufs[b][i] = NAN;
+  skb_touch(&c->bench, w);
 }
 
 /* Worst normalised error of the written buffers against ref (> 1 fails). */
 static double check(sctx *c, const uint8_t *w, float *const *ref, double rtol, double atol) {
   double worst = 0;
+  skb_pull(&c->bench, w);
   for (size_t b = 0; b < c->plan->nbufs; b++)
     if (w[b]) {
       double e = skb_compare(c->bench.bufs[b], ref[b], c->bench.count[b], rtol, atol);
@@ -486,6 +571,12 @@ static void time_range(sctx *c, job *j, size_t from, const uint8_t *w, float *co
     poison(c, w);
     skb_launch(&c->bench, &d->k, d->fn);
     double e = check(c, w, ref, d->rounding ? RTOL_ROUND : RTOL_EXACT, d->rounding ? ATOL_ROUND : ATOL_EXACT);
+    if (c->bench.dev_status != LM_OK) { /* the device refused this one (its launch shape, ...) */
+      d->status = SK_CS_NOBUILD;
+      c->bench.dev_status = LM_OK;
+      logf_(c, "  cand %zu no-build on the device: %.300s\n", n, lm_last_error());
+      continue;
+    }
     if (e > 1) {
       d->status = SK_CS_WRONG;
       c->rep->wrong++;
@@ -654,6 +745,7 @@ static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_
   poison(c, w);
   if (interp && sk_interpret(plan, orig, c->bench.bufs, c->bench.count, c->syms, c->bench.seed, 7) != LM_OK) interp = 0;
   if (!interp) skb_launch(&c->bench, &d0->k, d0->fn);
+  skb_pull(&c->bench, w);
   for (size_t b = 0; b < plan->nbufs; b++)
     if (w[b]) memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
   if (interp) { /* the default's code agrees with the interpreter */
@@ -699,6 +791,10 @@ done:
 /* ---------------------------------------------------------------- applying decisions */
 
 static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kernel *out) {
+  int gpu = !strncmp(text, "gpu ", 4);
+  if (gpu) text += 4;
+  if (gpu && !(c->dev && c->dev->gpu))
+    return lm_fail(LM_ERR_INVALID, "search: a work-group schedule in the cache of a device without them");
   lm_sk s;
   lm_status st = sk_init(&s, c->plan);
   if (st != LM_OK) return st;
@@ -709,6 +805,15 @@ static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kerne
   if (st == LM_OK) st = sk_emit_kernel(&s, &t, t.root, &c->plan->kernels[ki], out);
   sk_term_free(&t);
   sk_free(&s);
+  lm_gpu_options go;
+  if (gpu) {
+    go = *c->dev->gpu;
+    if (!c->o->allow_rounding) go.tree_reductions = 0;
+  }
+  if (st == LM_OK && gpu && !gpu_one(c->plan, out, &go)) {
+    lm_kernel_free(out);
+    st = lm_fail(LM_ERR_INVALID, "search: the cached work-group schedule no longer applies");
+  }
   return st;
 }
 
@@ -716,6 +821,7 @@ static void replace_kernel(sctx *c, uint32_t ki, lm_kernel *k) {
   lm_kernel *old = &c->plan->kernels[ki];
   memcpy(k->name, old->name, sizeof k->name);
   k->anchor = old->anchor;
+  k->fixed = c->dev != NULL; /* as measured: the backend's passes leave it */
   lm_kernel_free(old);
   *old = *k;
   memset(k, 0, sizeof *k);
@@ -1032,13 +1138,14 @@ static lm_status emit_plan(sctx *c, lm_sk *s, const sk_term *t, lm_kernel **out,
   return LM_OK;
 }
 
-static double time_seq(sctx *c, const lm_kernel *ks, sk_kernel_fn *fns, size_t n, double max_s) {
+static double time_seq(sctx *c, const lm_kernel *ks, void **fns, size_t n, double max_s) {
   double best = INFINITY, start = lm_search_now();
   for (int rep = 0; rep < 2000; rep++) {
     double a = lm_search_now();
     int reps = 0;
     do {
       for (size_t i = 0; i < n; i++) skb_launch(&c->bench, &ks[i], fns[i]);
+      skb_sync(&c->bench);
       reps++;
     } while (lm_search_now() - a < 2e-4);
     double per = (lm_search_now() - a) / reps;
@@ -1057,13 +1164,13 @@ static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, doub
   /* both plans as they would run: after the default schedule's rewrite of each kernel */
   lm_kernel *oks = lm_calloc(no + 1, sizeof *oks), *nks = lm_calloc(nn + 1, sizeof *nks);
   for (size_t i = 0; oks && nks && i < no; i++)
-    if (sk_kernel_copy(&plan->kernels[i], &oks[i]) == LM_OK) interchange_one(plan, &oks[i]);
+    if (sk_kernel_copy(&plan->kernels[i], &oks[i]) == LM_OK) default_rewrite(c, &oks[i]);
   for (size_t i = 0; oks && nks && i < nn; i++)
-    if (sk_kernel_copy(&nks_in[i], &nks[i]) == LM_OK) interchange_one(plan, &nks[i]);
-  sk_kernel_fn *fo = lm_calloc(no + 1, sizeof *fo), *fn = lm_calloc(nn + 1, sizeof *fn);
+    if (sk_kernel_copy(&nks_in[i], &nks[i]) == LM_OK) default_rewrite(c, &nks[i]);
+  void **fo = lm_calloc(no + 1, sizeof *fo), **fn = lm_calloc(nn + 1, sizeof *fn);
   uint8_t *w = lm_calloc(plan->nbufs + 1, 1), *wk = lm_calloc(plan->nbufs + 1, 1);
   float **ref = lm_calloc(plan->nbufs + 1, sizeof *ref);
-  char *pre = lm_render_prelude(LM_DIALECT_C);
+  char *pre = lm_render_prelude(c->dialect);
   lm_sb tu = {0};
   if (!oks || !nks || !fo || !fn || !w || !wk || !ref || !pre || ensure_bench(c) != LM_OK) goto done;
   lm_sb_puts(&tu, pre);
@@ -1079,20 +1186,21 @@ static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, doub
     if (add_source(c, &tu, &nks[i], name) != LM_OK) goto done;
   }
   char *src = lm_sb_take(&tu);
-  lm_cc_lib *lib = src ? build_tu(c, src) : NULL;
+  void *lib = src ? build_tu(c, src) : NULL;
   lm_free(src);
   if (!lib) goto done;
   for (size_t i = 0; i < no; i++) {
     snprintf(name, sizeof name, "po%zu", i);
-    if (!(fo[i] = sym_fn(lib, name))) goto done;
+    if (!(fo[i] = sym_fn(c, lib, name, &oks[i]))) goto done;
   }
   for (size_t i = 0; i < nn; i++) {
     snprintf(name, sizeof name, "pn%zu", i);
-    if (!(fn[i] = sym_fn(lib, name))) goto done;
+    if (!(fn[i] = sym_fn(c, lib, name, &nks[i]))) goto done;
   }
   skb_fill(&c->bench, c->o->seed + 17);
   poison(c, w);
   for (size_t i = 0; i < no; i++) skb_launch(&c->bench, &oks[i], fo[i]);
+  skb_pull(&c->bench, w);
   for (size_t b = 0; b < plan->nbufs; b++)
     if (w[b]) {
       if (!(ref[b] = lm_malloc((c->bench.count[b] + 1) * sizeof(float)))) goto done;
@@ -1235,8 +1343,24 @@ lm_status lm_search_plan(lm_plan *plan, const int64_t *syms, const lm_search_opt
   return sk_search_plan_traced(plan, syms, opts, rep, NULL);
 }
 
+static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
+                             lm_search_report *rep, sk_trace *trace, const lm_search_device *dev);
+
+lm_status lm_search_plan_on(lm_plan *plan, const int64_t *syms, const lm_search_options *o, lm_search_report *r,
+                            const lm_search_device *dev) {
+  if (dev && (!dev->ops || !dev->ops->module_build || !dev->ops->module_entry || !dev->ops->launch_kernel))
+    return lm_fail(LM_ERR_UNSUPPORTED, "search: the %s backend cannot time kernels one by one",
+                   dev->ops ? dev->ops->name : "(no)");
+  return search_plan(plan, syms, o, r, NULL, dev);
+}
+
 lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
                                 lm_search_report *rep, sk_trace *trace) {
+  return search_plan(plan, syms, opts, rep, trace, NULL);
+}
+
+static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
+                             lm_search_report *rep, sk_trace *trace, const lm_search_device *dev) {
   if (trace) memset(trace, 0, sizeof *trace);
   lm_search_options defaults;
   if (!opts) {
@@ -1249,11 +1373,12 @@ lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_sea
   if (!plan || !plan->g) return lm_fail(LM_ERR_INVALID, "search: no plan");
   rep->kernels_before = rep->kernels_after = (int)plan->nkernels;
   if (!(opts->budget_s > 0)) {
-    for (size_t i = 0; i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
+    for (size_t i = 0; !dev && i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
     return LM_OK;
   }
   sctx c = {.o = opts, .plan = plan, .rep = rep, .rng = opts->seed ? opts->seed : 1, .trace = trace,
-            .ga_generations = SK_GA_GENERATIONS};
+            .ga_generations = SK_GA_GENERATIONS, .dev = dev,
+            .dialect = dev ? dev->ops->kernel_dialect : LM_DIALECT_C};
   const char *ge = getenv("LUMEN_SEARCH_GENERATIONS");
   if (ge && *ge) {
     long gl = strtol(ge, NULL, 10);
@@ -1282,9 +1407,16 @@ lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_sea
   probe.stage = SK_STAGE_PLAN;
   probe.rounding = 0;
   for (int r = 0; r < nr; r++) c.enabled_p[r] = (uint8_t)sk_rule_stage_ok(&probe, r);
-  if ((st = lm_cc_open(&c.cc)) != LM_OK) goto done;
-  if ((st = lm_pool_new(opts->threads, &c.pool)) != LM_OK) goto done;
-  if (!(c.devid = sk_device_id(c.cc, lm_pool_size(c.pool)))) {
+  if (dev) { /* the backend and its device name the cache */
+    size_t n = strlen(dev->ops->name) + strlen(dev->name ? dev->name : "?") + 32;
+    if ((c.devid = lm_malloc(n)))
+      snprintf(c.devid, n, "%s|%s|lumen-search-1", dev->ops->name, dev->name ? dev->name : "?");
+  } else {
+    if ((st = lm_cc_open(&c.cc)) != LM_OK) goto done;
+    if ((st = lm_pool_new(opts->threads, &c.pool)) != LM_OK) goto done;
+    c.devid = sk_device_id(c.cc, lm_pool_size(c.pool));
+  }
+  if (!c.devid) {
     st = LM_ERR_NOMEM;
     goto done;
   }
@@ -1317,7 +1449,7 @@ lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_sea
   if (opts->use_cache && c.cache.path) skc_save(&c.cache);
 done:
   /* what the search did not replace gets the default schedule's rewrite, as without a search */
-  for (size_t i = 0; i < plan->nkernels; i++)
+  for (size_t i = 0; !dev && i < plan->nkernels; i++) /* a device backend applies its own after */
     if (!won || !won[i]) interchange_one(plan, &plan->kernels[i]);
   lm_free(won);
   rep->wall_s = lm_search_now() - c.t0;
@@ -1327,7 +1459,11 @@ done:
         1e6 * rep->best_s);
   if (c.log) fclose(c.log);
   if (c.have_bench) skb_close(&c.bench);
-  for (size_t i = 0; i < c.nlibs; i++) lm_cc_lib_close(c.libs[i]);
+  for (size_t i = 0; i < c.nentries; i++) dev->ops->entry_free(dev->ctx, c.entries[i]);
+  lm_free(c.entries);
+  for (size_t i = 0; i < c.nlibs; i++)
+    if (dev) dev->ops->module_free(dev->ctx, c.libs[i]);
+    else lm_cc_lib_close(c.libs[i]);
   lm_free(c.libs);
   skc_free(&c.cache);
   lm_free(c.devid);
