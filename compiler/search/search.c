@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "compile.h"
 #include "gpu.h"
 #include "render.h"
 #include "search/search-impl.h"
@@ -228,6 +229,7 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
         if (add_source(c, &tu, &d->k, name) != LM_OK) d->status = SK_CS_NOBUILD;
       }
     char *src = lm_sb_take(&tu);
+    lm_dump_source("search", c->dialect == LM_DIALECT_C ? "c" : "gpu", src, NULL); /* $LUMEN_DUMP */
     void *lib = src ? build_tu(c, src) : NULL;
     lm_free(src);
     if (!lib && !per_job && nj > 1) {
