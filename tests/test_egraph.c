@@ -397,8 +397,8 @@ static void check_egraph(lm_sk *s, uint32_t root, lm_plan *p, size_t k0, size_t 
         int rounding;
         uint64_t rm = term_rules(s, &term, &rounding);
         char *tt = sk_term_print(s, &term);
-        for (size_t i = 0; i < n; i++) { /* the C renderer takes it too */
-          char *src = lm_render_kernel(p, &out[i], LM_DIALECT_C);
+        for (size_t i = 0; i < n; i++) { /* the C renderer takes it too (OpenCL C: work-groups) */
+          char *src = lm_render_kernel(p, &out[i], out[i].group ? LM_DIALECT_OPENCL : LM_DIALECT_C);
           cr_assert(src, "%s: a candidate does not render: %s\nterm %s", what, lm_last_error(), tt);
           lm_free(src);
         }
@@ -422,6 +422,7 @@ static void check_kernel(lm_plan *p, uint32_t ki, const bufs *in, int only, int 
   lm_sk s;
   OK(sk_init(&s, p));
   s.stage = SK_STAGE_KERNEL;
+  s.gpu = 1; /* work-group mapping too: the interpreter runs a work-group's threads in order */
   uint32_t root = sk_add_kernel(&s, ki, 0);
   cr_assert_neq(root, LM_EG_NONE, "%s: kernel %u not convertible: %s", what, ki, s.why);
   check_egraph(&s, root, p, ki, 1, in, only, draws, t, what);
@@ -631,7 +632,7 @@ static void check_instance(instance *it, int only, int draws, tally *t) {
     if (only < 0 || sk_rule_stage_ok(&probe, only)) check_plan(it->p, &it->in, only, draws, t, it->what);
     return;
   }
-  lm_sk probe = {.stage = SK_STAGE_KERNEL, .rounding = 1};
+  lm_sk probe = {.stage = SK_STAGE_KERNEL, .rounding = 1, .gpu = 1};
   if (only >= 0 && !sk_rule_stage_ok(&probe, only)) return;
   for (uint32_t k = 0; k < it->p->nkernels; k++)
     if (!it->p->kernels[k].nlocals) check_kernel(it->p, k, &it->in, only, draws, t, it->what);

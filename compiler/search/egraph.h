@@ -115,6 +115,7 @@ int lm_eg_ematch(lm_egraph *g, const lm_pat *pats, int npats, uint32_t c, lm_mat
 enum {
   LM_RULE_ROUNDING = 1u << 0, /* results may differ in rounding (the gate uses a looser tolerance) */
   LM_RULE_EXPLOSIVE = 1u << 1, /* back-off applies with a low match limit */
+  LM_RULE_GPU = 1u << 2,       /* for kernels of a GPU dialect only */
 };
 
 typedef struct lm_rule {

@@ -57,6 +57,7 @@ typedef struct ob {
   size_t W;
   uint8_t *seen;  /* scratch per term node */
   lm_expr zero;
+  int32_t group_loop; /* the loop of an SK_GROUP term (-1: none) */
   int bad;
 } ob;
 
@@ -611,8 +612,11 @@ static void effect(ob *o, uint32_t i) {
         undo_to(o, mark);
       }
     } else {
-      int32_t L = new_loop(o, o->cur, E, la->kind == SK_PAR ? LM_L_PARALLEL : LM_L_SERIAL);
+      int group = la->kind == SK_GROUP;
+      int32_t L = new_loop(o, o->cur, E, la->kind == SK_PAR || group ? LM_L_PARALLEL : LM_L_SERIAL);
       if (o->bad) return;
+      if (group && (o->group_loop >= 0 || ce < 1)) return ofail(o, "two work-group loops, or one of symbolic extent");
+      if (group) o->group_loop = L;
       size_t mark = o->nu;
       bind_piece(o, P, lm_x_var(x, L), L);
       int32_t saved = o->cur;
@@ -670,6 +674,23 @@ static void finish(ob *o) {
     if (stores) break;
     chain[npar++] = par;
     cur = par;
+  }
+  /* GPU dialects run what sits outside the innermost parallel loop in every thread (a joint
+   * reduction placed at the root would redo the whole kernel per thread): constants only there */
+  for (int d = 0; o->s->gpu && d < npar; d++) {
+    const lm_block *gb = blk(k, d ? chain[d - 1] : -1);
+    for (size_t i = 0; i < gb->n; i++)
+      if (gb->items[i].is_loop ? (int32_t)gb->items[i].id != chain[d] : k->stmts[gb->items[i].id].op != LM_S_CONST) {
+        ofail(o, "work outside the innermost parallel loop (every GPU thread would repeat it)");
+        goto done;
+      }
+  }
+  if (o->group_loop >= 0) { /* the threads of a work-group: the innermost loop of the domain */
+    if (npar < 2 || chain[npar - 1] != o->group_loop) {
+      ofail(o, "a work-group loop that is not the innermost loop of the parallel domain");
+      goto done;
+    }
+    k->group = (int32_t)lm_x_node(o->x, k->loops[o->group_loop].extent)->v;
   }
   for (size_t i = 0; i < nl; i++) map[i] = -1;
   for (int i = 0; i < npar; i++) map[chain[i]] = i;
@@ -777,7 +798,7 @@ lm_status sk_emit_kernel(lm_sk *s, const sk_term *t, uint32_t node, const lm_ker
     memcpy(out->name, like->name, sizeof out->name);
     out->anchor = like->anchor;
   }
-  ob o = {.s = s, .t = t, .k = out, .x = s->x, .cur = -1};
+  ob o = {.s = s, .t = t, .k = out, .x = s->x, .cur = -1, .group_loop = -1};
   o.npieces = s->pieces.n;
   o.vexpr = lm_calloc(s->nvars + 1, sizeof *o.vexpr);
   o.vat = lm_calloc(s->nvars + 1, sizeof *o.vat);

@@ -94,6 +94,7 @@ typedef struct tb {
   uint64_t *rng;          /* NULL: greedy */
   double keep;            /* probability of taking force[] when rng is set (mutation) */
   double greedy_p;        /* probability of the greedy node for plain value classes */
+  int prefer_kind;        /* >= 0: loops of this kind are taken where a class offers one (80%) */
   sk_term *t;
   uint8_t *on_stack;
   uint32_t ctx[24];       /* pieces of the enclosing loops */
@@ -188,6 +189,15 @@ static uint32_t pick(tb *b, uint32_t c) {
   for (uint32_t i = 0; i < v->n && n < 64; i++)
     if (v->v[i] != avoid && fits(b, lm_eg_node(b->g, v->v[i]))) ok[n++] = v->v[i];
   if (!n) return avoid != LM_EG_NONE ? avoid : b->best[c];
+  if (b->prefer_kind >= 0 && uni(b->rng) < 0.8) {
+    uint32_t pref[64];
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+      const lm_enode *e = lm_eg_node(b->g, ok[i]);
+      if (e->op == SK_LOOP && sk_loop_of(b->s, e->attr)->kind == (uint32_t)b->prefer_kind) pref[np++] = ok[i];
+    }
+    if (np) return pref[sk_rand(b->rng) % (uint64_t)np];
+  }
   return ok[sk_rand(b->rng) % (uint64_t)n];
 }
 
@@ -256,7 +266,14 @@ static lm_status extract(tb *b, uint32_t root) {
 lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *force, uint64_t *rng,
                      double keep, uint32_t *genome, sk_term *out) {
   tb b = {.s = s, .g = s->eg, .best = best, .force = force, .genome = genome, .rng = rng, .keep = keep,
-          .greedy_p = 0.85, .t = out};
+          .greedy_p = 0.85, .prefer_kind = -1, .t = out};
+  return extract(&b, root);
+}
+
+lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, uint64_t *rng, int kind,
+                                uint32_t *genome, sk_term *out) {
+  tb b = {.s = s, .g = s->eg, .best = best, .genome = genome, .rng = rng, .greedy_p = 0.85, .prefer_kind = kind,
+          .t = out};
   return extract(&b, root);
 }
 
@@ -291,7 +308,7 @@ lm_status sk_mutate(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_
     force[c] = LM_EG_NONE;
   }
   tb b = {.s = s, .g = g, .best = best, .force = force, .avoid = avoid, .strict = 1, .genome = genome,
-          .rng = rng, .greedy_p = 0.85, .t = out};
+          .rng = rng, .greedy_p = 0.85, .prefer_kind = -1, .t = out};
   st = extract(&b, root);
 done:
   lm_free(force);
@@ -314,7 +331,7 @@ lm_status sk_crossover(lm_sk *s, uint32_t root, const uint32_t *best, const uint
       second[c] = swap ? pa[c] : pb[c];
     }
     tb b = {.s = s, .g = s->eg, .best = best, .force = first, .alt = second, .strict = 1, .genome = genome,
-            .t = out};
+            .prefer_kind = -1, .t = out};
     st = extract(&b, root);
   }
   lm_free(first);

@@ -49,7 +49,8 @@ static const sk_loopattr *loop_at(lm_sk *s, lm_egraph *g, const lm_match *m, int
 static int split_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *la = loop_at(s, g, m, 0);
-  return la->kind != SK_UNROLL && sk_piece_depth(s, la->piece) < 2 && sk_piece_const(s, la->piece) >= 4;
+  return la->kind != SK_UNROLL && la->kind != SK_GROUP && sk_piece_depth(s, la->piece) < 2 &&
+         sk_piece_const(s, la->piece) >= 4;
 }
 static int split_apply(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
@@ -103,7 +104,7 @@ static int merge_apply(void *ctx, lm_egraph *g, const lm_match *m) {
 static int tile_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *a = loop_at(s, g, m, 0), *b = loop_at(s, g, m, 1);
-  return a->kind != SK_UNROLL && b->kind != SK_UNROLL && sk_piece_depth(s, a->piece) == 0 &&
+  return a->kind < SK_UNROLL && b->kind < SK_UNROLL && sk_piece_depth(s, a->piece) == 0 &&
          sk_piece_depth(s, b->piece) == 0 && dat(g, m->var[0])->has_red && sk_piece_const(s, a->piece) >= 4 &&
          sk_piece_const(s, b->piece) >= 16;
 }
@@ -138,12 +139,15 @@ static int fission_apply(void *ctx, lm_egraph *g, const lm_match *m) {
   return join(g, m->root, mk(g, SK_SEQ, 0, 2, l0, l1));
 }
 
-static int map_guard(void *ctx, lm_egraph *g, const lm_match *m) { return loop_at(ctx, g, m, 0)->kind != SK_UNROLL; }
+static int map_guard(void *ctx, lm_egraph *g, const lm_match *m) {
+  uint32_t k = loop_at(ctx, g, m, 0)->kind;
+  return k != SK_UNROLL && k != SK_GROUP;
+}
 static int unroll_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *a = loop_at(s, g, m, 0);
   int64_t e = sk_piece_const(s, a->piece);
-  return a->kind != SK_UNROLL && e >= 2 && e <= 16;
+  return a->kind != SK_UNROLL && a->kind != SK_GROUP && e >= 2 && e <= 16;
 }
 static int rekind(lm_sk *s, lm_egraph *g, const lm_match *m, uint32_t kind) {
   const sk_loopattr *a = loop_at(s, g, m, 0);
@@ -154,6 +158,18 @@ static int map_apply(void *ctx, lm_egraph *g, const lm_match *m) {
   return rekind(ctx, g, m, loop_at(ctx, g, m, 0)->kind == SK_PAR ? SK_SER : SK_PAR);
 }
 static int unroll_apply(void *ctx, lm_egraph *g, const lm_match *m) { return rekind(ctx, g, m, SK_UNROLL); }
+
+/* group (GPU dialects): a parallel loop of 32..256 iterations (a multiple of 32) as the threads of
+ * a work-group, the loops around it the grid. With split and merge this chooses the block shape
+ * (a row of a matrix per block, 16x16 tiles of it, ...); emission refuses it unless it ends up
+ * the innermost loop of the parallel domain, below at least one other. */
+static int group_guard(void *ctx, lm_egraph *g, const lm_match *m) {
+  lm_sk *s = ctx;
+  const sk_loopattr *a = loop_at(s, g, m, 0);
+  int64_t e = sk_piece_const(s, a->piece);
+  return a->kind == SK_PAR && e >= 32 && e <= 256 && e % 32 == 0;
+}
+static int group_apply(void *ctx, lm_egraph *g, const lm_match *m) { return rekind(ctx, g, m, SK_GROUP); }
 
 /* ---------------------------------------------------------------- loop fusion */
 
@@ -582,6 +598,7 @@ static const lm_rule rules[] = {
     {"mul-one", 0, PAT(pat_mul_one), NULL, to_var0, NULL},
     {"add-zero", 0, PAT(pat_add_zero), NULL, to_var0, NULL},
     {"factor", LM_RULE_ROUNDING, PAT(pat_factor), NULL, factor, NULL},
+    {"group", LM_RULE_GPU, PAT(pat_loop), group_guard, group_apply, NULL},
     {"kernel-fuse", 0, NULL, 0, kfuse_guard, kfuse_apply, kfuse_search},
     {"kernel-split", 0, PAT(pat_ksplit), NULL, ksplit_apply, NULL},
 };
@@ -589,7 +606,7 @@ static const lm_rule rules[] = {
 static const uint8_t stage_of[LM_COUNTOF(rules)] = {
     STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K | STAGE_P, STAGE_K, STAGE_K, STAGE_K, STAGE_K,
     STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K,           STAGE_K, STAGE_K, STAGE_K, STAGE_K,
-    STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K,           STAGE_P, STAGE_P,
+    STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K,           STAGE_K, STAGE_P, STAGE_P,
 };
 
 const lm_rule *sk_rules(int *count) {
@@ -600,5 +617,6 @@ const lm_rule *sk_rules(int *count) {
 int sk_rule_stage_ok(const lm_sk *s, int rule) {
   if (rule < 0 || rule >= (int)LM_COUNTOF(rules)) return 0;
   if (!s->rounding && (rules[rule].flags & LM_RULE_ROUNDING)) return 0;
+  if (!s->gpu && (rules[rule].flags & LM_RULE_GPU)) return 0;
   return (stage_of[rule] & (s->stage == SK_STAGE_PLAN ? STAGE_P : STAGE_K)) != 0;
 }

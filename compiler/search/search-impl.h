@@ -17,6 +17,10 @@ void sk_greedy(lm_sk *s, double *cost, uint32_t *best);
  * receives the node taken per class. LM_ERR_INVALID when no acyclic term was found. */
 lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *force, uint64_t *rng,
                      double keep, uint32_t *genome, sk_term *out);
+/* A random genome that takes loops of `kind` where a class offers one (80% of the time): how
+ * rare mappings (SK_GROUP) get drawn at all. */
+lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, uint64_t *rng, int kind,
+                                uint32_t *genome, sk_term *out);
 /* The genetic search's operators; genomes are arrays of eg->nclasses (node per class,
  * LM_EG_NONE where the term does not reach). Both take a parent's node only where it fits its
  * context (a joint reduction under loops over its pieces) and repair cycles with the greedy node.

@@ -46,7 +46,9 @@ typedef enum sk_op {
 extern const char *const sk_op_names[SK_COUNT];
 static inline int sk_is_effect(int op) { return op <= SK_KERNEL; }
 
-typedef enum sk_kind { SK_PAR, SK_SER, SK_UNROLL, SK_KIND_COUNT } sk_kind;
+/* SK_GROUP (GPU dialects): the loop's iterations are the threads of one work-group; it must be
+ * the innermost loop of the kernel's parallel domain, whose outer loops are then the grid. */
+typedef enum sk_kind { SK_PAR, SK_SER, SK_UNROLL, SK_GROUP, SK_KIND_COUNT } sk_kind;
 
 typedef enum sk_ptype { SKP_ORIG, SKP_OUT, SKP_IN, SKP_MERGE, SKP_GROUP } sk_ptype;
 
@@ -98,6 +100,7 @@ typedef struct lm_sk {
   size_t acc_vars_cap;
   int wide;           /* more than 64 logical variables: variable sets are unknown */
   int rounding;       /* rules that change rounding may run */
+  int gpu;            /* rules for GPU dialects (work-group mapping) may run */
   int stage;          /* SK_STAGE_* rule set */
   char why[200];      /* why a kernel could not be converted */
 } lm_sk;
