@@ -3,7 +3,8 @@
 # configures and builds lumen with CUDA, runs the whole test suite (tests/test_cuda_gpu.c runs the
 # device suite with cuda as the device under test; it fails here, rather than skipping, if the GPU
 # does not answer), prints the rollout kernels' registers and spills for the device's own sm_XX,
-# trains every env briefly on the cuda backend, runs rlbench --quick, and prints a short table
+# trains every env briefly on the cuda backend, searches CartPole's programs on the GPU (15 s a
+# program), runs rlbench --quick, and prints a short table
 # last. Every step has a time-out and the whole run stays under DEADLINE seconds (default 540).
 #
 #   bash bench/device_check.sh                 # build in build-device/, logs in $OUT or build-device/check
@@ -140,6 +141,16 @@ for env in $envs; do
     [ "$dev" = cuda ] || { FAILED=1; ROWS[-1]="${ROWS[-1]} (NOT cuda)"; }
   fi
 done
+
+# ---------------------------------------------------------------- the schedule search, timed on the GPU
+# A training run whose programs are searched on cuda (docs/SEARCH.md, "Timing on a device"): the
+# log's per-program lines give the kernels' time before and after.
+rm -rf "$LOGS/search-cartpole" "$LOGS/search.log"
+if LUMEN_SEARCH_CACHE=0 LUMEN_SEARCH_LOG="$LOGS/search.log" step search_cuda 120 "$BUILD/rltrain" cartpole \
+  --device cuda --search-budget 15 --total-steps 16384 --no-stop --quiet --out "$LOGS/search-cartpole"; then
+  ROWS[-1]="${ROWS[-1]}$(grep -h '^==== search done' "$LOGS/search.log" 2>/dev/null |
+    sed -E 's/.*candidates timed, ([0-9]+) wrong; kernels ([0-9.]+) us -> ([0-9.]+) us/\1 wrong, \2 -> \3 us;/' | tr '\n' ' ')"
+fi
 
 # ---------------------------------------------------------------- rlbench (cpu baselines of this host)
 step rlbench 180 "$BUILD/rlbench" --quick --json "$LOGS/rlbench.json" || true

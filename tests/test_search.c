@@ -26,6 +26,8 @@
 
 #include "cc.h"
 #include "compile.h"
+#include "gpu.h"
+#include "nvrtc.h"
 #include "loopir.h"
 #include "lumen/lumen.h"
 #include "lumen/search.h"
@@ -172,9 +174,10 @@ typedef struct saturated {
   uint32_t *best;
 } saturated;
 
-static void saturate(lowered *l, uint32_t ki, saturated *z, const char *what) {
+static void saturate_gpu(lowered *l, uint32_t ki, saturated *z, const char *what, int gpu) {
   OK(sk_init(&z->s, l->p));
   z->s.stage = SK_STAGE_KERNEL;
+  z->s.gpu = gpu;
   z->root = sk_add_kernel(&z->s, ki, 0);
   cr_assert_neq(z->root, LM_EG_NONE, "%s: kernel %u: %s", what, ki, z->s.why);
   int nr;
@@ -190,6 +193,8 @@ static void saturate(lowered *l, uint32_t ki, saturated *z, const char *what) {
   z->best = malloc((z->ncl + 1) * sizeof *z->best);
   sk_greedy(&z->s, z->cost, z->best);
 }
+
+static void saturate(lowered *l, uint32_t ki, saturated *z, const char *what) { saturate_gpu(l, ki, z, what, 0); }
 
 static void saturated_free(saturated *z) {
   free(z->cost);
@@ -293,6 +298,99 @@ Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout =
   lowered l = lower(matmul64());
   check_all_candidates(&l, "matmul 64^3");
   lowered_free(&l);
+}
+
+/* What a device search hands to the backend's module_build (compiler/search/search.c with a
+ * lm_search_device): the candidates of a 64^3 matmul and of a softmax, drawn as a device search
+ * draws them (the group rule on, genomes preferring work-group loops), each also under the
+ * work-group schedules of compiler/gpu.c, rendered in CUDA and in OpenCL C. Every one renders;
+ * some are mapped to work-groups; the CUDA translation unit of them all compiles with NVRTC for
+ * sm_90 and the OpenCL one builds on the OpenCL device, each where present (the cuda backend's
+ * search cannot run here: no GPU). */
+Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, .timeout = 280) {
+  lm_graph_t *(*makers[])(void) = {matmul64, softmax};
+  lm_sb cu = {0}, cl = {0};
+  char *pre = lm_render_prelude(LM_DIALECT_CUDA), *pre_cl = lm_render_prelude(LM_DIALECT_OPENCL);
+  lm_sb_puts(&cu, pre);
+  lm_sb_puts(&cl, pre_cl);
+  lm_free(pre);
+  lm_free(pre_cl);
+  int grouped = 0, scheduled = 0, n = 0;
+  lm_gpu_options go;
+  lm_gpu_options_default(&go, 48 * 1024);
+  go.warp = 32;
+  for (size_t m = 0; m < LM_COUNTOF(makers); m++) {
+    lowered l = lower(makers[m]());
+    for (uint32_t ki = 0; ki < l.p->nkernels; ki++) {
+      saturated z;
+      saturate_gpu(&l, ki, &z, "device candidates", 1);
+      uint64_t rng = 7 + ki, seen[256];
+      size_t nseen = 0;
+      for (int d = 0; d < 50; d++) {
+        sk_term t;
+        lm_status st = d < 25 ? sk_extract(&z.s, z.root, z.best, NULL, d ? &rng : NULL, 0, NULL, &t)
+                              : sk_extract_preferring(&z.s, z.root, z.best, &rng, SK_GROUP, NULL, &t);
+        if (st != LM_OK) continue;
+        lm_kernel k[2];
+        int nk = 0;
+        if (sk_emit_kernel(&z.s, &t, t.root, &l.p->kernels[ki], &k[0]) == LM_OK) {
+          nk = 1;
+          lm_plan one = *l.p; /* its work-group schedule, on a copy of the buffers' liveness */
+          lm_pbuf *pb = malloc((l.p->nbufs + 1) * sizeof *pb);
+          memcpy(pb, l.p->bufs, l.p->nbufs * sizeof *pb);
+          one.bufs = pb, one.copies = NULL, one.ncopies = 0;
+          OK(sk_kernel_copy(&k[0], &k[1]));
+          one.kernels = &k[1], one.nkernels = one.kernelcap = 1;
+          if (!k[1].group && lm_schedule_gpu(&one, &go) > 0) nk = 2, scheduled++;
+          else lm_kernel_free(&k[1]);
+          free(pb);
+        }
+        for (int i = 0; i < nk; i++) {
+          snprintf(k[i].name, sizeof k[i].name, "c%d", n);
+          char *src = lm_render_kernel(l.p, &k[i], LM_DIALECT_CUDA);
+          cr_assert(src, "a candidate does not render in CUDA: %s", lm_last_error());
+          uint64_t h = lm_hash_bytes(src + strlen(k[i].name), strlen(src) - strlen(k[i].name), 0);
+          int dup = 0;
+          for (size_t q = 0; q < nseen && !dup; q++) dup = seen[q] == h;
+          if (!dup && nseen < LM_COUNTOF(seen)) {
+            seen[nseen++] = h;
+            char *src_cl = lm_render_kernel(l.p, &k[i], LM_DIALECT_OPENCL);
+            cr_assert(src_cl, "a candidate does not render in OpenCL C: %s", lm_last_error());
+            lm_sb_puts(&cu, "\n"), lm_sb_puts(&cu, src);
+            lm_sb_puts(&cl, "\n"), lm_sb_puts(&cl, src_cl);
+            lm_free(src_cl);
+            grouped += k[i].group > 0 && i == 0;
+            n++;
+          }
+          lm_free(src);
+          lm_kernel_free(&k[i]);
+        }
+        sk_term_free(&t);
+      }
+      saturated_free(&z);
+    }
+    lowered_free(&l);
+  }
+  cr_log_info("%d distinct device candidates, %d mapped to work-groups by the group rule, %d under gpu.c's schedules",
+              n, grouped, scheduled);
+  cr_assert_geq(n, 30);
+  cr_assert_geq(grouped, 1, "the group rule mapped no candidate to work-groups");
+  cr_assert_geq(scheduled, 1);
+  lm_nvrtc *nv = NULL;
+  if (lm_nvrtc_open(&nv) == LM_OK) {
+    lm_cubin c = {0};
+    lm_status st = lm_nvrtc_compile(nv, cu.s, "search-candidates.cu", "sm_90", &c);
+    cr_assert_eq(st, LM_OK, "NVRTC: %s", lm_last_error());
+    lm_cubin_free(&c);
+    lm_nvrtc_close(nv);
+  } else
+    cr_log_info("no NVRTC: the CUDA translation unit was rendered, not compiled (%s)", lm_last_error());
+  char desc[256] = "";
+  lm_status st = lm_opencl_build_check(cl.s, "search-candidates.cl", desc, sizeof desc);
+  if (st == LM_ERR_UNSUPPORTED) cr_log_info("no OpenCL device: the OpenCL C was rendered, not built");
+  else cr_assert_eq(st, LM_OK, "OpenCL: %s", lm_last_error());
+  lm_sb_free(&cu);
+  lm_sb_free(&cl);
 }
 
 Test(candidates, every_candidate_of_a_softmax_equals_the_reference, .timeout = 280) {
