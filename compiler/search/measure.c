@@ -234,9 +234,12 @@ double sk_estimate(const lm_plan *p, const lm_kernel *k, const int64_t *syms) {
   double total = 0;
   if (!mult || !trip || !vars || !inner || !vec) goto done;
   for (size_t l = 0; l < nl; l++) trip[l] = lm_x_eval(x, k->loops[l].extent, NULL, syms);
+  /* what sits outside loop 0 runs once per call, and a call runs a chunk of BLOCK iterations of
+   * loop 0 (skb_launch): a joint reduction hoisted to the root is redone for every chunk */
+  double calls = k->npar >= 1 && nl && trip[0] > 0 ? (double)((trip[0] + BLOCK - 1) / BLOCK) : 1.0;
   for (size_t l = 0; l < nl; l++) { /* loops are created before their children */
     int32_t par = k->loops[l].parent;
-    mult[l] = (double)(trip[l] > 0 ? trip[l] : 0) * (par >= 0 ? mult[par] : 1.0);
+    mult[l] = (double)(trip[l] > 0 ? trip[l] : 0) * (par >= 0 ? mult[par] : l == 0 && k->npar >= 1 ? 1.0 : calls);
     inner[l] = 1;
   }
   for (size_t l = 0; l < nl; l++)
@@ -254,7 +257,7 @@ double sk_estimate(const lm_plan *p, const lm_kernel *k, const int64_t *syms) {
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
     if (s->op == LM_S_CONST || s->op == LM_S_ACC) continue;
-    double m = s->loop >= 0 ? mult[s->loop] : 1.0, w = is_transcendental(s->op) ? 12 : 1;
+    double m = s->loop >= 0 ? mult[s->loop] : calls, w = is_transcendental(s->op) ? 12 : 1;
     int v = s->loop >= 0 && vec[s->loop];
     if (v && updates[s->loop] < 8 && (s->op == LM_S_LOAD || s->op == LM_S_STORE) && s->idx) {
       memset(vars, 0, (nl + 1) * sizeof *vars);
