@@ -4,7 +4,7 @@
 # device suite with cuda as the device under test; it fails here, rather than skipping, if the GPU
 # does not answer), prints the rollout kernels' registers and spills for the device's own sm_XX,
 # trains every env briefly on the cuda backend, searches CartPole's programs on the GPU (15 s a
-# program), runs rlbench --quick, and prints a short table
+# program), runs the search benchmark on the GPU, runs rlbench --quick, and prints a short table
 # last. Every step has a time-out and the whole run stays under DEADLINE seconds (default 540).
 #
 #   bash bench/device_check.sh                 # build in build-device/, logs in $OUT or build-device/check
@@ -150,6 +150,12 @@ if LUMEN_SEARCH_CACHE=0 LUMEN_SEARCH_LOG="$LOGS/search.log" step search_cuda 120
   --device cuda --search-budget 15 --total-steps 16384 --no-stop --quiet --out "$LOGS/search-cartpole"; then
   ROWS[-1]="${ROWS[-1]}$(grep -h '^==== search done' "$LOGS/search.log" 2>/dev/null |
     sed -E 's/.*candidates timed, ([0-9]+) wrong; kernels ([0-9.]+) us -> ([0-9.]+) us/\1 wrong, \2 -> \3 us;/' | tr '\n' ' ')"
+fi
+
+# The search benchmark on the GPU: the default plan (what the cuda backend runs without a
+# search) vs the searched one, for the 256^3 matmul, the PPO update and a rollout step.
+if step search_bench 150 "$BUILD/rlbench" --only search --quick --search-device cuda; then
+  ROWS[-1]="${ROWS[-1]}$(awk '/^  (matmul|ppo|rollout)/ { for (i = 3; i <= NF; i++) if ($i ~ /^[0-9.]+x$/) { printf "%s %s %s; ", $1, $2, $i; break } }' "$LOGS/search_bench.log" 2>/dev/null)"
 fi
 
 # ---------------------------------------------------------------- rlbench (cpu baselines of this host)

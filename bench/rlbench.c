@@ -41,6 +41,7 @@ typedef struct opts {
   const char *rollout_envs; /* envs of the rollout benchmark */
   int64_t solve_budget;     /* env steps of time-to-solve (0: lm_ppo_defaults' total_steps) */
   int seeds;                /* time-to-solve runs per stepper */
+  const char *search_device; /* where the search benchmark runs and times (NULL: the cpu) */
 } opts;
 
 /* ================================================================ output */
@@ -1935,10 +1936,11 @@ static int bench_train(const opts *o) {
 /* One graph, the default schedule vs the searched one (lm_search_bench: both measured here,
  * the searched plan checked against the default first). */
 static int search_row(const char *name, const lm_graph_t *g, const char *const *names, const int64_t *values, int n,
-                      double budget) {
+                      double budget, const char *device) {
   lm_search_options so;
   lm_search_options_init(&so);
   so.budget_s = budget;
+  so.backend = device;
   lm_search_bench_result r;
   if (lm_search_bench(g, names, values, n, &so, &r) != LM_OK) {
     say("  %-22s failed: %s\n", name, lm_last_error());
@@ -1960,11 +1962,13 @@ static int search_row(const char *name, const lm_graph_t *g, const char *const *
 
 static int bench_search(const opts *o) {
   double budget = o->quick ? 10 : 30;
-  say("\n== search: default schedule vs the e-graph search's measured winner (cpu backend) ==\n"
+  const char *dev = o->search_device ? o->search_device : "cpu";
+  say("\n== search: default schedule vs the e-graph search's measured winner (%s backend) ==\n"
       "  ms = one run of the whole plan; search s = wall time of the search (a warm tuning cache makes it\n"
       "  ~0: rerun to see); cand = candidates timed; err = searched vs default; winner = the rules on its path.\n"
-      "  budget %.0f s per graph.\n",
-      budget);
+      "  budget %.0f s per graph.%s\n",
+      dev, budget,
+      strcmp(dev, "cpu") ? " The default is what that backend runs without a search (its work-group schedules)." : "");
   say("  %-22s %5s %5s %10s %10s %8s %9s %6s %5s %9s  %s\n", "graph", "kern", "kern'", "default ms", "search ms",
       "speedup", "search s", "cand", "cache", "err", "winner");
   int rc = 0;
@@ -1973,7 +1977,7 @@ static int bench_search(const opts *o) {
     lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){256, 256});
     lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){256, 256});
     lm_output(lm_matmul(a, b), "c");
-    rc |= search_row("matmul 256^3", g, NULL, NULL, 0, budget);
+    rc |= search_row("matmul 256^3", g, NULL, NULL, 0, budget, o->search_device);
     lm_graph_free(g);
   }
   const lm_env_spec *env = lm_env_find("cartpole");
@@ -1986,12 +1990,12 @@ static int bench_search(const opts *o) {
   { /* the PPO minibatch update */
     const char *names[] = {"N", "T", "M", "perm_a", "perm_b", "mb_off"};
     int64_t values[] = {cfg.n_envs, cfg.horizon, cfg.n_envs * cfg.horizon / cfg.minibatches, 1, 0, 0};
-    rc |= search_row("ppo update (cartpole)", tg[3].g, names, values, 6, budget);
+    rc |= search_row("ppo update (cartpole)", tg[3].g, names, values, 6, budget, o->search_device);
   }
   { /* one rollout step as a plain program (the fused scan itself is not searched) */
     const char *names[] = {"N"};
     int64_t values[] = {4096};
-    rc |= search_row("rollout step (4096)", tg[0].g, names, values, 1, budget);
+    rc |= search_row("rollout step (4096)", tg[0].g, names, values, 1, budget, o->search_device);
   }
   for (int i = 0; i < 4; i++) lm_graph_free(tg[i].g);
   return rc;
@@ -2045,6 +2049,8 @@ static void usage(FILE *f) {
         "  --seeds K            time-to-solve runs per stepper, seeds 1..K (default 1, at most 16)\n"
         "  --search-budget S    seconds of schedule search per cpu program (0 = the default schedule);\n"
         "                       the 'search' benchmark compares the two side by side\n"
+        "  --search-device D    the 'search' benchmark on cpu (default), opencl or cuda: both plans\n"
+        "                       run there and the search times its candidates there\n"
         "  --json FILE          also write every number as JSON to FILE ('-' = stdout)\n"
         "  -h, --help           this text\n"
         "\n"
@@ -2194,7 +2200,7 @@ int main(int argc, char **argv) {
                       !strcmp(name, "--ref-n") || !strcmp(name, "--threads") || !strcmp(name, "--json") ||
                       !strcmp(name, "--envs") || !strcmp(name, "--env-steps") || !strcmp(name, "--horizon") ||
                       !strcmp(name, "--rollout-envs") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds") ||
-                      !strcmp(name, "--search-budget");
+                      !strcmp(name, "--search-budget") || !strcmp(name, "--search-device");
     const char *val = NULL;
     if (takes_value) {
       if (eq)
@@ -2258,6 +2264,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(name, "--search-budget")) {
       if (parse_int(name, val, 0, 86400, &v)) return EXIT_USAGE;
       setenv("LUMEN_SEARCH_BUDGET", val, 1); /* every cpu program compiled from here on searches */
+    } else if (!strcmp(name, "--search-device")) {
+      if (strcmp(val, "cpu") && strcmp(val, "opencl") && strcmp(val, "cuda"))
+        return usage_error("--search-device: '%s' is not cpu, opencl or cuda", val);
+      o.search_device = val;
     } else if (!strcmp(name, "--json")) {
       if (!*val) return usage_error("--json needs a file name");
       o.json = val;

@@ -69,6 +69,11 @@ lm_backend_t *lm_backend_new(const char *name) {
   return b;
 }
 
+const lm_backend_ops *lm_backend_parts(lm_backend_t *b, void **ctx) {
+  if (ctx) *ctx = b ? b->ctx : NULL;
+  return b ? b->ops : NULL;
+}
+
 void lm_backend_free(lm_backend_t *b) {
   if (!b) return;
   b->ops->close(b->ctx);

@@ -43,6 +43,7 @@
 #include "loopir.h"
 #include "lumen/lumen.h"
 #include "lumen/rand.h"
+#include "lumen/search.h"
 #include "passes.h"
 #include "support/check.h"
 #include "support/randgraph.h"
@@ -599,6 +600,41 @@ Test(device_search, candidates_are_timed_on_the_device_and_a_warm_cache_searches
   lm_program_free(want);
   lm_backend_free(dev);
   lm_backend_free(ref);
+  lm_graph_free(g);
+  remove_tree(dir);
+}
+
+/* rlbench's search benchmark on the device (lm_search_bench with o.backend): the default plan is
+ * what the backend runs without a search, the searched plan what the search made of it; both
+ * run there on the same inputs and agree. */
+Test(device_search, the_search_bench_runs_both_plans_on_the_device, .timeout = 240) {
+  lm_backend_free(open_device());
+  char dir[] = "/tmp/lumen-dbench-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  lm_graph_t *g = lm_graph_new();
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){64, 48});
+  lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){48, 64});
+  OK(lm_output(lm_exp2(lm_mul_scalar(lm_matmul(a, b), 0.1f)), "y"));
+  lm_search_options o;
+  lm_search_options_init(&o);
+  o.budget_s = 60; /* a ceiling: generation 0 only */
+  o.cache_dir = dir;
+  o.use_cache = 0;
+  o.backend = DEVICE;
+  setenv("LUMEN_SEARCH_GENERATIONS", "0", 1);
+  lm_search_bench_result r;
+  OK(lm_search_bench(g, NULL, NULL, 0, &o, &r));
+  unsetenv("LUMEN_SEARCH_GENERATIONS");
+  cr_log_info("on " DEVICE ": default %.3f ms, searched %.3f ms (%.2fx), %d candidates, error %.2g", 1e3 * r.default_s,
+              1e3 * r.searched_s, r.speedup, r.candidates, r.max_rel_err);
+  cr_assert(r.default_s > 0 && r.searched_s > 0 && r.speedup > 0);
+  cr_assert_geq(r.candidates, 4);
+  cr_assert_eq(r.wrong, 0);
+  cr_assert_leq(r.max_rel_err, 1e-3, "the searched plan differs from the default by %g", r.max_rel_err);
+  lm_search_options bad = o;
+  bad.backend = "no-such-backend";
+  cr_assert_neq(lm_search_bench(g, NULL, NULL, 0, &bad, &r), LM_OK);
+  cr_assert(strstr(lm_last_error(), "no-such-backend"), "the error does not name the backend: %s", lm_last_error());
   lm_graph_free(g);
   remove_tree(dir);
 }

@@ -8,7 +8,9 @@
 #include "graph-impl.h"
 #include "lumen/runtime.h"
 
-struct lm_kernel; /* loopir.h */
+struct lm_kernel;         /* loopir.h */
+struct lm_gpu_options;    /* gpu.h */
+struct lm_search_device;  /* search/search.h */
 
 /* Everything a run needs, indexed like the graph's inputs and outputs. */
 typedef struct lm_run_args {
@@ -59,6 +61,9 @@ typedef struct lm_backend_ops {
    * bufs[b] the device buffer of plan buffer b, S the symbols (int64) and R (seed, run) on the
    * device. Launches are asynchronous: sync waits. */
   int kernel_dialect;
+  /* The search's view of this device: ops, context, device name, and in *gpu the work-group
+   * schedules this backend applies (out->gpu points there, or is NULL when they are off). */
+  void (*search_device)(void *ctx, struct lm_search_device *out, struct lm_gpu_options *gpu);
   lm_status (*module_build)(void *ctx, const char *src, void **module);
   void (*module_free)(void *ctx, void *module);
   lm_status (*module_entry)(void *ctx, void *module, const char *name, const struct lm_kernel *k, void **entry);
@@ -66,6 +71,9 @@ typedef struct lm_backend_ops {
   lm_status (*launch_kernel)(void *ctx, void *entry, const struct lm_kernel *k, void *const *bufs, void *S, void *R,
                              int64_t work);
 } lm_backend_ops;
+
+/* The ops and context behind a backend handle (lumen/runtime.h). */
+const lm_backend_ops *lm_backend_parts(lm_backend_t *b, void **ctx);
 
 extern const lm_backend_ops lm_backend_ref;
 extern const lm_backend_ops lm_backend_cpu;

@@ -388,6 +388,15 @@ static void cuda_unprepare(void *ctx, void *p) {
   lm_free(x);
 }
 
+/* This GPU for the search, with the work-group schedules prepare applies. */
+static void cuda_search_device(void *ctx, lm_search_device *out, lm_gpu_options *go) {
+  cuda_ctx *c = ctx;
+  lm_gpu_options_default(go, SHARED_BYTES);
+  go->warp = 32; /* tree reductions end in warp shuffles */
+  *out = (lm_search_device){.ops = &lm_backend_cuda, .ctx = c, .name = c->name,
+                            .gpu = lm_gpu_schedules_enabled() ? go : NULL};
+}
+
 static lm_status cuda_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   cuda_ctx *c = ctx;
   cuda_exe *x = lm_calloc(1, sizeof *x);
@@ -405,19 +414,17 @@ static lm_status cuda_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan
   }
   lm_compiled comp;
   lm_gpu_options go; /* shared-memory tiles and staged weights (compiler/gpu.c) */
-  lm_gpu_options_default(&go, SHARED_BYTES);
-  go.warp = 32; /* tree reductions end in warp shuffles */
-  int gpu = lm_gpu_schedules_enabled();
+  lm_search_device sd;
+  cuda_search_device(c, &sd, &go);
   /* a search ($LUMEN_SEARCH_BUDGET > 0) times its candidates on this GPU */
   lm_search_options so;
   lm_search_options_init(&so);
-  lm_search_device sd = {.ops = &lm_backend_cuda, .ctx = c, .name = c->name, .gpu = gpu ? &go : NULL};
   lm_compile_options co = {.search = &so, .device = &sd};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (gpu) lm_schedule_gpu(x->plan, &go);
+  if (sd.gpu) lm_schedule_gpu(x->plan, &go);
   st = LM_ERR_NOMEM;
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   x->base = lm_calloc(x->plan->nbufs + 1, sizeof *x->base);
@@ -762,6 +769,7 @@ const lm_backend_ops lm_backend_cuda = {
     .sync = cuda_sync,
     .stats = cuda_stats,
     .kernel_dialect = LM_DIALECT_CUDA,
+    .search_device = cuda_search_device,
     .module_build = cuda_module_build,
     .module_free = cuda_module_free,
     .module_entry = cuda_module_entry,

@@ -465,6 +465,16 @@ static void ocl_unprepare(void *ctx, void *p) {
   lm_free(x);
 }
 
+/* This device for the search, with the work-group schedules prepare applies. */
+static void ocl_search_device(void *ctx, lm_search_device *out, lm_gpu_options *go) {
+  ocl_ctx *c = ctx;
+  lm_gpu_options_default(go, (int64_t)c->local_mem);
+  if (c->max_wg < 256) go->tile_matmuls = 0;
+  if (c->max_wg < (size_t)go->scan_threads) go->stage_shared_bytes = 0;
+  *out = (lm_search_device){.ops = &lm_backend_opencl, .ctx = c, .name = c->name,
+                            .gpu = lm_gpu_schedules_enabled() ? go : NULL};
+}
+
 /* Work-group size of kernel k built as kr: its work-group schedule's threads (an error when the
  * device allows fewer for it), else LOCAL within what the device allows. */
 static lm_status local_size(ocl_ctx *c, cl_kern kr, const lm_kernel *k, const char *name, size_t *out) {
@@ -499,21 +509,18 @@ static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   }
   lm_compiled comp;
   lm_gpu_options go;
-  lm_gpu_options_default(&go, (int64_t)c->local_mem);
-  if (c->max_wg < 256) go.tile_matmuls = 0;
-  if (c->max_wg < (size_t)go.scan_threads) go.stage_shared_bytes = 0;
-  int gpu = lm_gpu_schedules_enabled();
+  lm_search_device sd;
+  ocl_search_device(c, &sd, &go);
   /* a search ($LUMEN_SEARCH_BUDGET > 0) times its candidates on this device, each also under
    * the work-group schedules; what it decides stays as measured */
   lm_search_options so;
   lm_search_options_init(&so);
-  lm_search_device sd = {.ops = &lm_backend_opencl, .ctx = c, .name = c->name, .gpu = gpu ? &go : NULL};
   lm_compile_options co = {.search = &so, .device = &sd};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (gpu) lm_schedule_gpu(x->plan, &go);
+  if (sd.gpu) lm_schedule_gpu(x->plan, &go);
   st = LM_ERR_NOMEM;
   size_t nb = x->plan->nbufs + 1, nk = x->plan->nkernels + 1;
   x->kernels = lm_calloc(nk, sizeof *x->kernels);
@@ -819,6 +826,7 @@ const lm_backend_ops lm_backend_opencl = {
     .sync = ocl_sync,
     .stats = ocl_stats,
     .kernel_dialect = LM_DIALECT_OPENCL,
+    .search_device = ocl_search_device,
     .module_build = ocl_module_build,
     .module_free = ocl_module_free,
     .module_entry = ocl_module_entry,

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "compile.h"
+#include "gpu.h"
 #include "passes.h"
 #include "render.h"
 #include "search/search-impl.h"
@@ -15,6 +17,8 @@
 typedef struct built {
   lm_compiled comp;
   lm_cc_lib *lib;
+  const lm_search_device *dev; /* NULL: the cpu */
+  void *module;                /* on the device */
   void **fns;
   int64_t *syms;
   sk_bench bench;
@@ -24,6 +28,9 @@ typedef struct built {
 static void built_free(built *b) {
   if (b->have_bench) skb_close(&b->bench);
   if (b->lib) lm_cc_lib_close(b->lib);
+  for (size_t i = 0; b->dev && b->fns && i < b->comp.plan->nkernels; i++)
+    if (b->fns[i]) b->dev->ops->entry_free(b->dev->ctx, b->fns[i]);
+  if (b->module) b->dev->ops->module_free(b->dev->ctx, b->module);
   lm_free(b->fns);
   lm_free(b->syms);
   lm_compiled_free(&b->comp);
@@ -42,20 +49,24 @@ static lm_status bind_syms(built *b, const char *const *names, const int64_t *va
 }
 
 static lm_status build_plan(built *b, lm_cc *cc, lm_pool *pool, uint64_t seed, const char *tag) {
-  char *src = lm_render_plan(b->comp.plan, LM_DIALECT_C);
+  const lm_search_device *dev = b->dev;
+  char *src = lm_render_plan(b->comp.plan, dev ? dev->ops->kernel_dialect : LM_DIALECT_C);
   if (!src) return LM_ERR_INVALID;
-  lm_dump_source(tag, "c", src, b->comp.plan);
-  lm_status st = lm_cc_build(cc, src, &b->lib);
+  lm_dump_source(tag, dev ? "gpu" : "c", src, b->comp.plan);
+  lm_status st = dev ? dev->ops->module_build(dev->ctx, src, &b->module) : lm_cc_build(cc, src, &b->lib);
   lm_free(src);
   if (st != LM_OK) return st;
   const lm_plan *p = b->comp.plan;
   if (!(b->fns = lm_calloc(p->nkernels + 1, sizeof *b->fns))) return LM_ERR_NOMEM;
   for (size_t i = 0; i < p->nkernels; i++) {
     char name[48];
-    if (!(b->fns[i] = lm_cc_sym(b->lib, lm_render_entry_name(&p->kernels[i], name, sizeof name))))
+    lm_render_entry_name(&p->kernels[i], name, sizeof name);
+    if (dev) {
+      if ((st = dev->ops->module_entry(dev->ctx, b->module, name, &p->kernels[i], &b->fns[i])) != LM_OK) return st;
+    } else if (!(b->fns[i] = lm_cc_sym(b->lib, name)))
       return LM_ERR_COMPILE;
   }
-  st = skb_open(&b->bench, p, b->syms, pool, NULL, seed);
+  st = skb_open(&b->bench, p, b->syms, pool, dev, seed);
   b->have_bench = st == LM_OK;
   return st;
 }
@@ -63,6 +74,7 @@ static lm_status build_plan(built *b, lm_cc *cc, lm_pool *pool, uint64_t seed, c
 static void run_plan(built *b) {
   const lm_plan *p = b->comp.plan;
   for (size_t i = 0; i < p->nkernels; i++) skb_launch(&b->bench, &p->kernels[i], b->fns[i]);
+  skb_sync(&b->bench);
 }
 
 /* The minimum over many short samples (about 200 us, at least one run each). */
@@ -104,10 +116,31 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
   lm_pool *pool = NULL;
   lm_search_report rep = {0};
   lm_status st;
+  /* on a device: its search view, and its work-group schedules for both plans */
+  lm_backend_t *be = NULL;
+  lm_search_device sd, *dev = NULL;
+  lm_gpu_options go;
+  if (o->backend && *o->backend && strcmp(o->backend, "cpu")) {
+    void *ctx = NULL;
+    const lm_backend_ops *ops = (be = lm_backend_new(o->backend)) ? lm_backend_parts(be, &ctx) : NULL;
+    if (!ops) {
+      st = LM_ERR_UNSUPPORTED; /* the message says why */
+      goto done;
+    }
+    if (!ops->search_device || !ops->module_build) {
+      st = lm_fail(LM_ERR_UNSUPPORTED, "search bench: the %s backend cannot time kernels one by one", ops->name);
+      goto done;
+    }
+    ops->search_device(ctx, &sd, &go);
+    dev = &sd;
+  }
+  a.dev = b.dev = dev;
   /* a: the default schedule; b: the lowered plan, which the search rewrites (it applies the default
    * schedule's rewrites itself where it keeps a kernel) */
   static const lm_compile_options cpu_default = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
-  if ((st = lm_compile_ex(g, NULL, &cpu_default, &a.comp)) != LM_OK) goto done;
+  static const lm_compile_options gpu_default = {0};                          /* as the GPU backends */
+  if ((st = lm_compile_ex(g, NULL, dev ? &gpu_default : &cpu_default, &a.comp)) != LM_OK) goto done;
+  if (dev && dev->gpu) lm_schedule_gpu(a.comp.plan, dev->gpu);
   if (!(b.comp.g = lm_canonicalize_ex(g, LM_CANON_EXACT, NULL))) {
     st = LM_ERR_INVALID;
     goto done;
@@ -117,7 +150,7 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
   if ((st = bind_syms(&a, sym_names, sym_values, nsyms, d)) != LM_OK) goto done;
   if ((st = bind_syms(&b, sym_names, sym_values, nsyms, d)) != LM_OK) goto done;
   double t0 = lm_search_now();
-  st = lm_search_plan(b.comp.plan, b.syms, o, &rep);
+  st = lm_search_plan_on(b.comp.plan, b.syms, o, &rep, dev);
   out->search_wall_s = lm_search_now() - t0;
   if (st != LM_OK) goto done;
   /* then the rest of the default pipeline, as lm_compile runs it after the interchange */
@@ -125,6 +158,7 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
     st = lm_fail(LM_ERR_NOMEM, "search bench: out of memory merging kernels");
     goto done;
   }
+  if (dev && dev->gpu) lm_schedule_gpu(b.comp.plan, dev->gpu); /* the kernels the search left */
   out->candidates = rep.candidates;
   out->wrong = rep.wrong;
   out->from_cache = rep.from_cache;
@@ -136,7 +170,7 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
       if (w > 0) len += (size_t)w;
     }
   if (len >= sizeof out->winner) out->winner[sizeof out->winner - 1] = 0;
-  if ((st = lm_cc_open(&cc)) != LM_OK || (st = lm_pool_new(o->threads, &pool)) != LM_OK) goto done;
+  if (!dev && ((st = lm_cc_open(&cc)) != LM_OK || (st = lm_pool_new(o->threads, &pool)) != LM_OK)) goto done;
   if ((st = build_plan(&a, cc, pool, o->seed + 99, "search-default")) != LM_OK || (st = build_plan(&b, cc, pool, o->seed + 99, "search-searched")) != LM_OK)
     goto done;
   out->kernels_default = (int)a.comp.plan->nkernels;
@@ -148,6 +182,12 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
   }
   run_plan(&a);
   run_plan(&b);
+  skb_pull(&a.bench, NULL);
+  skb_pull(&b.bench, NULL);
+  if (a.bench.dev_status != LM_OK || b.bench.dev_status != LM_OK) {
+    st = a.bench.dev_status != LM_OK ? a.bench.dev_status : b.bench.dev_status;
+    goto done;
+  }
   for (size_t i = 0; i < pa->nbufs; i++) {
     if (!is_result(pa, i)) continue;
     double num = 0, den = 0;
@@ -181,5 +221,6 @@ done:
   built_free(&b);
   if (pool) lm_pool_free(pool);
   if (cc) lm_cc_close(cc);
+  lm_backend_free(be);
   return st;
 }

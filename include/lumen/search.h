@@ -26,6 +26,8 @@ typedef struct lm_search_options {
   int64_t sym_default;  /* value of a symbol the caller does not bind (default 256) */
   int64_t min_work;     /* kernels with fewer loop iterations are left alone (default 4096) */
   uint64_t seed;
+  const char *backend;  /* lm_search_bench only: where both plans run and the search times (NULL or
+                           "cpu": the cpu; "opencl", "cuda": that device, kernel by kernel) */
 } lm_search_options;
 
 /* Defaults, then the environment: LUMEN_SEARCH_BUDGET (seconds), LUMEN_SEARCH_LOG (file),
@@ -55,7 +57,8 @@ typedef struct lm_search_report {
 
 void lm_search_report_free(lm_search_report *r);
 
-/* Default schedule vs searched, side by side on the cpu backend, for a graph with no scan:
+/* Default schedule vs searched, side by side on the cpu backend (or on o->backend's device: the
+ * default is what that backend runs without a search), for a graph with no scan:
  * both plans are compiled and run on the same random inputs (outputs must agree: max_rel_err),
  * and each is timed as a whole (kernels only, the minimum of several runs). `syms` binds the
  * named symbols (others get o->sym_default). For rlbench: matmul, the PPO update graph, ... */
