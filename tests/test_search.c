@@ -300,6 +300,52 @@ Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout =
   lowered_free(&l);
 }
 
+/* The interpreter runs work-group schedules in lockstep (compiler/search/interp.c): the plans of
+ * a matmul (16x16 shared-memory tiles, barriers) and of long row sums and maxima (trees in shared
+ * memory ending in warp shuffles) under compiler/gpu.c's schedules compute what their plain
+ * kernels compute: the tiles bit for bit, the trees' sums within rounding and their maxima
+ * exactly. So GPU-shaped candidates have a reference on the cpu too. */
+Test(interpreter, work_group_schedules_run_in_lockstep_and_match_the_plain_kernels, .timeout = 120) {
+  for (int which = 0; which < 2; which++) {
+    lm_graph_t *g = lm_graph_new();
+    if (which == 0) {
+      lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){40, 37});
+      lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){37, 50});
+      cr_assert_eq(lm_output(lm_matmul(a, b), "c"), LM_OK);
+    } else {
+      lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){5, 1500});
+      cr_assert_eq(lm_output(lm_sum_reduce(x, 1), "s"), LM_OK);
+      cr_assert_eq(lm_output(lm_max_reduce(x, 1), "m"), LM_OK);
+    }
+    lowered l = lower(g);
+    lm_gpu_options go;
+    lm_gpu_options_default(&go, 48 * 1024);
+    go.warp = 32;
+    size_t nk = l.p->nkernels;
+    lm_kernel *plain = calloc(nk + 1, sizeof *plain);
+    for (size_t i = 0; i < nk; i++) OK(sk_kernel_copy(&l.p->kernels[i], &plain[i]));
+    int changed = lm_schedule_gpu(l.p, &go);
+    cr_assert_geq(changed, 1, "gpu.c scheduled none of the %zu kernels", nk);
+    int grouped = 0;
+    for (size_t i = 0; i < nk; i++) grouped += l.p->kernels[i].group > 0;
+    cr_assert_geq(grouped, 1);
+    bufs in = bufs_new(l.p, 11), want = bufs_new(l.p, 1), got = bufs_new(l.p, 1);
+    bufs_copy(&want, &in);
+    bufs_copy(&got, &in);
+    interpret(l.p, plain, nk, &want);
+    interpret(l.p, l.p->kernels, nk, &got);
+    expect_close(l.p, &got, &want, which == 0, 0, which == 0 ? "tiled matmul" : "tree reductions");
+    if (which == 1) /* maxima: exact whatever the order */
+      for (size_t i = 0; i < want.n; i++)
+        if (result_buf(l.p, i) && l.p->bufs[i].kind == LM_BUF_OUTPUT && l.p->bufs[i].index == 1)
+          for (size_t j = 0; j < want.count[i]; j++) cr_assert_eq(got.b[i][j], want.b[i][j], "max row %zu", j);
+    for (size_t i = 0; i < nk; i++) lm_kernel_free(&plain[i]);
+    free(plain);
+    bufs_free(&in), bufs_free(&want), bufs_free(&got);
+    lowered_free(&l);
+  }
+}
+
 /* What a device search hands to the backend's module_build (compiler/search/search.c with a
  * lm_search_device): the candidates of a 64^3 matmul and of a softmax, drawn as a device search
  * draws them (the group rule on, genomes preferring work-group loops), each also under the

@@ -113,6 +113,12 @@ lm_status sk_kernel_copy(const lm_kernel *src, lm_kernel *dst) {
     if (ok)
       memcpy(dst->locals, src->locals, src->nlocals * sizeof *dst->locals), dst->nlocals = dst->localcap = src->nlocals;
   }
+  dst->group = src->group; /* a work-group schedule and its shared arrays */
+  dst->fixed = src->fixed;
+  if (ok && src->nshared) {
+    ok = (dst->shared = lm_malloc(src->nshared)) != NULL;
+    if (ok) memcpy(dst->shared, src->shared, src->nshared), dst->nshared = dst->sharedcap = src->nshared;
+  }
   if (!ok) {
     lm_kernel_free(dst);
     return LM_ERR_NOMEM;

@@ -2,7 +2,11 @@
  * blocks and evaluates its statements with the same float operations, in the same order, as the
  * code the C renderer prints (so an exact rewrite matches it bit for bit, up to libmvec's SIMD
  * math in vectorised loops). The search checks candidates against it, and the tests check every
- * rule with it. */
+ * rule with it. A work-group schedule (k->group) runs its thread loop in lockstep: each
+ * statement for every thread of the group before the next (loop extents are uniform: over
+ * symbols only), each thread with its own values and private arrays, shared arrays once per
+ * group: what barriers guarantee, so a race-free kernel computes what it computes on a GPU;
+ * warp reductions combine 32 threads by the shuffle tree CUDA runs (16, 8, 4, 2, 1 apart). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +25,11 @@ typedef struct ip {
   int64_t *vars;
   float *val;
   float **loc;
+  /* lockstep (work-group schedules): per thread its values and private arrays */
+  int32_t tloop;   /* the thread loop, -1: none */
+  int64_t nthr;
+  float *tval;     /* nthr x nstmts */
+  float **tloc;    /* nthr x nlocals (shared arrays: the same pointer for every thread) */
   int bad;
 } ip;
 
@@ -75,12 +84,72 @@ static void exec(ip *s, uint32_t id) {
   }
 }
 
+static void thread(ip *s, int64_t t) {
+  s->vars[s->tloop] = t;
+  s->val = s->tval + (size_t)t * s->k->nstmts;
+  s->loc = s->tloc + (size_t)t * s->k->nlocals;
+}
+
+/* A warp reduction, for every warp of the group at once: lane t takes op(v[t], v[t + o]) (its
+ * own value when t + o leaves the warp) for o = 16, 8, 4, 2, 1, as __shfl_down_sync does. */
+static void warp_reduce(ip *s, uint32_t id) {
+  const lm_stmt *st = &s->k->stmts[id];
+  size_t ns = s->k->nstmts;
+  for (int64_t w0 = 0; w0 < s->nthr; w0 += 32) {
+    float v[32];
+    int64_t n = s->nthr - w0 < 32 ? s->nthr - w0 : 32;
+    for (int64_t l = 0; l < 32; l++) v[l] = l < n ? s->tval[(size_t)(w0 + l) * ns + st->a] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+      float u[32];
+      for (int l = 0; l < 32; l++) {
+        float other = l + o < 32 ? v[l + o] : v[l];
+        u[l] = st->op == LM_S_WARP_SUM ? v[l] + other : fmaxf(v[l], other);
+      }
+      memcpy(v, u, sizeof v);
+    }
+    for (int64_t l = 0; l < n; l++) s->tval[(size_t)(w0 + l) * ns + id] = v[l];
+  }
+}
+
+/* The thread loop's body in lockstep. */
+static void run_simt(ip *s, int32_t loop) {
+  const lm_block *b = &s->k->loops[loop].body;
+  for (size_t i = 0; i < b->n && !s->bad; i++) {
+    lm_item it = b->items[i];
+    if (it.is_loop) {
+      int64_t n = ev(s, s->k->loops[it.id].extent); /* over symbols: every thread's */
+      for (int64_t j = 0; j < n && !s->bad; j++) {
+        for (int64_t t = 0; t < s->nthr; t++) thread(s, t), s->vars[it.id] = j;
+        run_simt(s, (int32_t)it.id);
+      }
+      continue;
+    }
+    uint8_t op = s->k->stmts[it.id].op;
+    if (op == LM_S_BARRIER) continue; /* lockstep: every thread is there */
+    if (op == LM_S_WARP_SUM || op == LM_S_WARP_MAX) {
+      warp_reduce(s, it.id);
+      continue;
+    }
+    for (int64_t t = 0; t < s->nthr && !s->bad; t++) {
+      thread(s, t);
+      exec(s, it.id);
+    }
+  }
+}
+
 static void run_block(ip *s, int32_t loop) {
   const lm_block *b = loop < 0 ? &s->k->root : &s->k->loops[loop].body;
   for (size_t i = 0; i < b->n && !s->bad; i++) {
     lm_item it = b->items[i];
     if (!it.is_loop) {
       exec(s, it.id);
+      continue;
+    }
+    if ((int32_t)it.id == s->tloop) { /* a work-group: its threads start from the values so far */
+      float *val = s->val, **loc = s->loc;
+      for (int64_t t = 0; t < s->nthr; t++) memcpy(s->tval + (size_t)t * s->k->nstmts, val, s->k->nstmts * sizeof *val);
+      run_simt(s, (int32_t)it.id);
+      s->val = val, s->loc = loc;
       continue;
     }
     int64_t n = ev(s, s->k->loops[it.id].extent);
@@ -93,7 +162,8 @@ static void run_block(ip *s, int32_t loop) {
 
 lm_status sk_interpret(const lm_plan *p, const lm_kernel *k, float *const *bufs, const size_t *count,
                        const int64_t *syms, uint64_t seed, uint64_t run) {
-  ip s = {.p = p, .k = k, .x = &p->g->x, .bufs = bufs, .count = count, .syms = syms, .seed = seed, .run = run};
+  ip s = {.p = p, .k = k, .x = &p->g->x, .bufs = bufs, .count = count, .syms = syms, .seed = seed, .run = run,
+          .tloop = -1};
   s.vars = lm_calloc(k->nloops + 1, sizeof *s.vars);
   s.val = lm_calloc(k->nstmts + 1, sizeof *s.val);
   s.loc = lm_calloc(k->nlocals + 1, sizeof *s.loc);
@@ -101,10 +171,29 @@ lm_status sk_interpret(const lm_plan *p, const lm_kernel *k, float *const *bufs,
   if (!s.vars || !s.val || !s.loc) st = LM_ERR_NOMEM;
   for (size_t i = 0; i < k->nlocals && st == LM_OK; i++)
     if (!(s.loc[i] = lm_calloc((size_t)(k->locals[i] > 0 ? k->locals[i] : 1), sizeof(float)))) st = LM_ERR_NOMEM;
+  if (st == LM_OK && k->group > 0 && k->npar >= 1) { /* per thread: values, and private copies of the locals */
+    s.tloop = k->npar - 1;
+    s.nthr = k->group;
+    s.tval = lm_calloc((size_t)s.nthr * k->nstmts + 1, sizeof *s.tval);
+    s.tloc = lm_calloc((size_t)s.nthr * k->nlocals + 1, sizeof *s.tloc);
+    if (!s.tval || !s.tloc) st = LM_ERR_NOMEM;
+    for (int64_t t = 0; t < s.nthr && st == LM_OK; t++)
+      for (size_t i = 0; i < k->nlocals && st == LM_OK; i++) {
+        int shared = i < k->nshared && k->shared[i];
+        float **at = &s.tloc[(size_t)t * k->nlocals + i];
+        if (shared) *at = s.loc[i];
+        else if (!(*at = lm_calloc((size_t)(k->locals[i] > 0 ? k->locals[i] : 1), sizeof(float)))) st = LM_ERR_NOMEM;
+      }
+  }
   if (st == LM_OK) {
     run_block(&s, -1);
     if (s.bad) st = lm_fail(LM_ERR_INVALID, "interpret: kernel %.32s indexes outside a buffer", k->name);
   }
+  for (int64_t t = 0; s.tloc && t < s.nthr; t++)
+    for (size_t i = 0; i < k->nlocals; i++)
+      if (!(i < k->nshared && k->shared[i])) lm_free(s.tloc[(size_t)t * k->nlocals + i]);
+  lm_free(s.tloc);
+  lm_free(s.tval);
   for (size_t i = 0; s.loc && i < k->nlocals; i++) lm_free(s.loc[i]);
   lm_free(s.loc);
   lm_free(s.vars);
