@@ -218,6 +218,7 @@ typedef struct tally {
   uint32_t exercised[64]; /* candidates that differ from the original, checked with the rule alone */
   int nrules;
   size_t candidates, rounding;
+  size_t grouped, staged; /* candidates mapped to work-groups; of those, with shared-memory copies */
 } tally;
 
 static lm_graph_t *canon(lm_graph_t *g) {
@@ -316,6 +317,13 @@ static int check_candidate(const lm_plan *p, size_t k0, size_t nold, const lm_ke
     if ((rules >> r) & 1) t->checked[r]++;
   t->candidates++;
   t->rounding += (size_t)rounding;
+  int grouped = 0, staged = 0;
+  for (size_t i = 0; i < n; i++) {
+    grouped |= ks[i].group > 0;
+    for (size_t j = 0; j < ks[i].nstmts; j++) staged |= ks[i].stmts[j].op == LM_S_BARRIER;
+  }
+  t->grouped += (size_t)grouped;
+  t->staged += (size_t)staged;
   bufs_free(&want);
   bufs_free(&got);
   char *a = plan_text(p, p->kernels + k0, nold), *b = plan_text(p, ks, n);
@@ -356,7 +364,9 @@ static void check_egraph(lm_sk *s, uint32_t root, lm_plan *p, size_t k0, size_t 
   double space = sk_space(s, root, classes, &nreach);
   int exhaustive = space <= 256;
   uint64_t rng = 12345 + k0 * 31 + (uint64_t)(only + 1) * 7;
-  int total = exhaustive ? (int)space : draws + 1;
+  /* GPU rules: a third more draws that prefer work-group loops (rarely drawn otherwise) */
+  int gpu_draws = !exhaustive && s->gpu && s->stage == SK_STAGE_KERNEL ? draws / 3 : 0;
+  int total = exhaustive ? (int)space : draws + 1 + gpu_draws;
   uint64_t *seen = calloc((size_t)total + 2, sizeof *seen);
   size_t nseen = 0;
   for (int d = 0; d < total; d++) {
@@ -370,8 +380,9 @@ static void check_egraph(lm_sk *s, uint32_t root, lm_plan *p, size_t k0, size_t 
         rem /= v->n;
       }
     }
-    lm_status st = exhaustive ? sk_extract(s, root, best, force, NULL, 0, NULL, &term)
-                              : sk_extract(s, root, best, NULL, d ? &rng : NULL, 0, NULL, &term);
+    lm_status st = exhaustive       ? sk_extract(s, root, best, force, NULL, 0, NULL, &term)
+                   : d > draws ? sk_extract_preferring(s, root, best, &rng, SK_GROUP, NULL, &term)
+                               : sk_extract(s, root, best, NULL, d ? &rng : NULL, 0, NULL, &term);
     if (st != LM_OK) continue;
     lm_kernel out[16];
     size_t n = 0;
@@ -669,6 +680,8 @@ Test(rules, all_rules_together_give_only_correct_candidates, .timeout = 280) {
   cr_assert_gt(t.candidates, 300, "too few candidates to mean anything");
   cr_assert_gt(t.rounding, 0);
   cr_assert_gt(t.candidates - t.rounding, 50);
+  cr_log_info("%zu candidates mapped to work-groups, %zu of them with shared-memory copies", t.grouped, t.staged);
+  cr_assert_geq(t.grouped, 2, "only %zu candidates mapped loops to work-groups", t.grouped);
 }
 
 /* ---------------------------------------------------------------- text form */

@@ -348,11 +348,12 @@ Test(interpreter, work_group_schedules_run_in_lockstep_and_match_the_plain_kerne
 
 /* What a device search hands to the backend's module_build (compiler/search/search.c with a
  * lm_search_device): the candidates of a 64^3 matmul and of a softmax, drawn as a device search
- * draws them (the group rule on, genomes preferring work-group loops), each also under the
- * work-group schedules of compiler/gpu.c, rendered in CUDA and in OpenCL C. Every one renders;
- * some are mapped to work-groups; the CUDA translation unit of them all compiles with NVRTC for
- * sm_90 and the OpenCL one builds on the OpenCL device, each where present (the cuda backend's
- * search cannot run here: no GPU). */
+ * draws them (the group and stage rules on, genomes preferring work-group loops), each also under
+ * the work-group schedules of compiler/gpu.c, rendered in CUDA and in OpenCL C. Every one
+ * renders and computes what the original kernel computes (the interpreter runs work-groups in
+ * lockstep); some are mapped to work-groups, some copy loads into shared memory; the CUDA
+ * translation unit of them all compiles with NVRTC for sm_90 and the OpenCL one builds on the
+ * OpenCL device, each where present (the cuda backend's search cannot run here: no GPU). */
 Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, .timeout = 280) {
   lm_graph_t *(*makers[])(void) = {matmul64, softmax};
   lm_sb cu = {0}, cl = {0};
@@ -361,15 +362,18 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
   lm_sb_puts(&cl, pre_cl);
   lm_free(pre);
   lm_free(pre_cl);
-  int grouped = 0, scheduled = 0, n = 0;
+  int grouped = 0, staged = 0, scheduled = 0, n = 0;
   lm_gpu_options go;
   lm_gpu_options_default(&go, 48 * 1024);
   go.warp = 32;
   for (size_t m = 0; m < LM_COUNTOF(makers); m++) {
     lowered l = lower(makers[m]());
+    bufs in = bufs_new(l.p, 5), want = bufs_new(l.p, 1), got = bufs_new(l.p, 1);
     for (uint32_t ki = 0; ki < l.p->nkernels; ki++) {
       saturated z;
       saturate_gpu(&l, ki, &z, "device candidates", 1);
+      bufs_copy(&want, &in);
+      interpret(l.p, &l.p->kernels[ki], 1, &want);
       uint64_t rng = 7 + ki, seen[256];
       size_t nseen = 0;
       for (int d = 0; d < 50; d++) {
@@ -400,6 +404,16 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
           for (size_t q = 0; q < nseen && !dup; q++) dup = seen[q] == h;
           if (!dup && nseen < LM_COUNTOF(seen)) {
             seen[nseen++] = h;
+            int rounding;
+            sk_term_rules(&z.s, &t, &rounding);
+            bufs_copy(&got, &in);
+            interpret(l.p, &k[i], 1, &got);
+            expect_close(l.p, &got, &want, !rounding && i == 0, 1, "a device candidate");
+            for (size_t q = 0; q < k[i].nstmts && i == 0; q++)
+              if (k[i].stmts[q].op == LM_S_BARRIER) {
+                staged++;
+                break;
+              }
             char *src_cl = lm_render_kernel(l.p, &k[i], LM_DIALECT_OPENCL);
             cr_assert(src_cl, "a candidate does not render in OpenCL C: %s", lm_last_error());
             lm_sb_puts(&cu, "\n"), lm_sb_puts(&cu, src);
@@ -415,12 +429,15 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
       }
       saturated_free(&z);
     }
+    bufs_free(&in), bufs_free(&want), bufs_free(&got);
     lowered_free(&l);
   }
-  cr_log_info("%d distinct device candidates, %d mapped to work-groups by the group rule, %d under gpu.c's schedules",
-              n, grouped, scheduled);
+  cr_log_info("%d distinct device candidates, %d mapped to work-groups by the group rule (%d staging loads in shared "
+              "memory), %d under gpu.c's schedules",
+              n, grouped, staged, scheduled);
   cr_assert_geq(n, 30);
   cr_assert_geq(grouped, 1, "the group rule mapped no candidate to work-groups");
+  cr_assert_geq(staged, 1, "the stage rule copied no load into shared memory");
   cr_assert_geq(scheduled, 1);
   lm_nvrtc *nv = NULL;
   if (lm_nvrtc_open(&nv) == LM_OK) {

@@ -58,6 +58,15 @@ typedef struct ob {
   uint8_t *seen;  /* scratch per term node */
   lm_expr zero;
   int32_t group_loop; /* the loop of an SK_GROUP term (-1: none) */
+  /* loads read from a shared-memory copy (SK_GROUP_STAGED): the access, its shared array, the
+   * reduction variables its index uses besides the grid's (the copy's shape, row-major) */
+  struct stg {
+    uint32_t acc, local;
+    int nv;
+    uint32_t var[4];
+    int64_t ext[4];
+  } *stg;
+  size_t nstg, stgcap;
   int bad;
 } ob;
 
@@ -411,7 +420,16 @@ static uint32_t value(ob *o, uint32_t i) {
   uint32_t id = 0;
   if (n->op == SK_LOAD || n->op == SK_RAND || n->op == SK_SELECT) {
     const sk_access *ac = sk_access_of(o->s, n->attr);
-    if (n->op == SK_LOAD) {
+    const struct stg *sg = NULL;
+    for (size_t q = 0; n->op == SK_LOAD && q < o->nstg && !sg; q++)
+      if (o->stg[q].acc == n->attr && o->stg[q].local != UINT32_MAX) sg = &o->stg[q];
+    if (sg) { /* from its shared copy, at the row-major offset of its reduction variables */
+      lm_expr flat = o->zero;
+      for (int v = 0; v < sg->nv; v++)
+        flat = lm_x_add(x, lm_x_mul(x, flat, lm_x_const(x, sg->ext[v])), lm_x_var(x, (int)sg->var[v]));
+      s = (lm_stmt){.op = LM_S_LOAD, .buf = sg->local, .local = 1, .idx = tx(o, flat), .valid = lm_x_const(x, 1)};
+      id = put(o, s, deepest(o, lm_x_vars_used(x, s.idx), -2));
+    } else if (n->op == SK_LOAD) {
       s = (lm_stmt){.op = LM_S_LOAD, .buf = ac->buf, .idx = tx(o, ac->idx), .valid = tx(o, ac->valid)};
       if (!lm_kernel_use_buf(o->k, ac->buf)) ofail(o, "out of memory");
       id = put(o, s, deepest(o, lm_x_vars_used(x, s.idx) | lm_x_vars_used(x, s.valid), -2));
@@ -582,6 +600,100 @@ static void realise(ob *o, uint32_t loop_term, uint32_t P) {
   }
 }
 
+/* ---------------------------------------------------------------- shared-memory staging */
+
+enum { STAGE_MAX = 4096, STAGE_TOTAL = 8192 }; /* floats per copy, and per kernel */
+
+/* Loads under term node i that every thread of the work-group loop L makes alike: read-only
+ * buffers, indexes over variables bound outside L and over the variables of enclosing
+ * reductions (constant extents) — at least one of those, else there is nothing to share. */
+static void stage_find(ob *o, uint32_t i, const uint32_t *reds, int nred, const uint8_t *written, int32_t L,
+                       int64_t *total) {
+  const lm_enode *n = &o->t->n[i];
+  if (n->op == SK_LOAD) {
+    const sk_access *ac = sk_access_of(o->s, n->attr);
+    if (ac->buf >= o->s->plan->nbufs || written[ac->buf]) return;
+    for (size_t q = 0; q < o->nstg; q++)
+      if (o->stg[q].acc == n->attr) return;
+    struct stg g = {.acc = n->attr};
+    int64_t E = 1;
+    for (size_t v = 0; v < o->s->nvars; v++) {
+      if (!fv_has(o, i, v)) continue;
+      if (o->vexpr[v]) {
+        if (o->vat[v] == L) return; /* the thread's own */
+        continue;
+      }
+      int r = -1;
+      for (int q = 0; q < nred && r < 0; q++)
+        if (reds[q] == v) r = q;
+      const lm_xnode *e = lm_x_node(o->x, o->s->var_ext[v]);
+      if (r < 0 || g.nv == 4 || e->op != LM_X_CONST || e->v < 1) return;
+      g.var[g.nv] = (uint32_t)v, g.ext[g.nv++] = e->v;
+      E *= e->v;
+    }
+    if (!g.nv || E > STAGE_MAX || *total + E > STAGE_TOTAL || !LM_GROW(o->stg, o->stgcap, o->nstg + 1)) return;
+    g.local = UINT32_MAX;
+    o->stg[o->nstg++] = g;
+    *total += E;
+    return;
+  }
+  if (n->op == SK_RAND || n->op == SK_CONST || n->op == SK_SELECT) {
+    if (n->op != SK_SELECT) return;
+  }
+  uint32_t r2[16];
+  int n2 = nred;
+  memcpy(r2, reds, (size_t)nred * sizeof *reds);
+  if (n->op == SK_RED && n2 < 16) r2[n2++] = sk_red_of(o->s, n->attr)->var;
+  for (int c = 0; c < n->n; c++) stage_find(o, n->c[c], r2, n2, written, L, total);
+}
+
+/* At the top of work-group loop L (extent G): the threads copy every staged load's elements into
+ * its shared array together (thread t the elements t, t + G, ...), then wait at a barrier. */
+static void stage(ob *o, uint32_t body, int32_t L, int64_t G) {
+  lm_exprs *x = o->x;
+  uint8_t *written = lm_calloc(o->s->plan->nbufs + 1, 1);
+  if (!written) return ofail(o, "out of memory");
+  for (size_t i = 0; i < o->t->count; i++)
+    if (o->t->n[i].op == SK_STORE) {
+      uint32_t b = sk_access_of(o->s, o->t->n[i].attr)->buf;
+      if (b < o->s->plan->nbufs) written[b] = 1;
+    }
+  size_t first = o->nstg;
+  int64_t total = 0;
+  uint32_t none[1] = {0};
+  stage_find(o, body, none, 0, written, L, &total);
+  lm_free(written);
+  for (size_t q = first; q < o->nstg && !o->bad; q++) {
+    struct stg *g = &o->stg[q];
+    int64_t E = 1;
+    for (int v = 0; v < g->nv; v++) E *= g->ext[v];
+    uint32_t loc = lm_kernel_add_local(o->k, E, 1);
+    if (loc == UINT32_MAX) return ofail(o, "out of memory");
+    int32_t Lc = new_loop(o, L, lm_x_const(x, (E + G - 1) / G), LM_L_SERIAL);
+    if (o->bad) return;
+    o->cur = Lc;
+    lm_expr e = lm_x_add(x, lm_x_mul(x, lm_x_var(x, Lc), lm_x_const(x, G)), lm_x_var(x, L));
+    lm_expr in = lm_x_lt(x, e, lm_x_const(x, E));
+    size_t mark = o->nu;
+    int64_t stride = E;
+    for (int v = 0; v < g->nv; v++) {
+      stride /= g->ext[v];
+      bind_var(o, g->var[v], simp(o, lm_x_mod(x, lm_x_div(x, e, lm_x_const(x, stride)), lm_x_const(x, g->ext[v]))), Lc);
+    }
+    const sk_access *ac = sk_access_of(o->s, g->acc);
+    lm_expr valid = tx(o, ac->valid);
+    lm_stmt ld = {.op = LM_S_LOAD, .buf = ac->buf, .idx = tx(o, ac->idx),
+                  .valid = simp(o, valid ? lm_x_and(x, valid, in) : in)};
+    if (!lm_kernel_use_buf(o->k, ac->buf)) return ofail(o, "out of memory");
+    uint32_t v = put(o, ld, Lc);
+    put(o, (lm_stmt){.op = LM_S_STORE, .a = v, .buf = loc, .local = 1, .idx = simp(o, e), .valid = in}, Lc);
+    undo_to(o, mark);
+    o->cur = L;
+    o->stg[q].local = loc; /* loads in the body read it from here on */
+  }
+  if (o->nstg > first) put(o, (lm_stmt){.op = LM_S_BARRIER}, L);
+}
+
 /* ---------------------------------------------------------------- effects */
 
 static void effect(ob *o, uint32_t i) {
@@ -618,7 +730,7 @@ static void effect(ob *o, uint32_t i) {
         undo_to(o, mark);
       }
     } else {
-      int group = la->kind == SK_GROUP;
+      int group = la->kind == SK_GROUP || la->kind == SK_GROUP_STAGED;
       int32_t L = new_loop(o, o->cur, E, la->kind == SK_PAR || group ? LM_L_PARALLEL : LM_L_SERIAL);
       if (o->bad) return;
       if (group && (o->group_loop >= 0 || ce < 1)) return ofail(o, "two work-group loops, or one of symbolic extent");
@@ -627,6 +739,7 @@ static void effect(ob *o, uint32_t i) {
       bind_piece(o, P, lm_x_var(x, L), L);
       int32_t saved = o->cur;
       o->cur = L;
+      if (la->kind == SK_GROUP_STAGED) stage(o, n->c[0], L, ce);
       effect(o, n->c[0]);
       o->cur = saved;
       undo_to(o, mark);
@@ -826,6 +939,7 @@ lm_status sk_emit_kernel(lm_sk *s, const sk_term *t, uint32_t node, const lm_ker
   }
   lm_free(o.vexpr);
   lm_free(o.vat);
+  lm_free(o.stg);
   lm_free(o.pexpr);
   lm_free(o.pat);
   lm_free(o.fv);

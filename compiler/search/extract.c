@@ -194,7 +194,8 @@ static uint32_t pick(tb *b, uint32_t c) {
     int np = 0;
     for (int i = 0; i < n; i++) {
       const lm_enode *e = lm_eg_node(b->g, ok[i]);
-      if (e->op == SK_LOOP && sk_loop_of(b->s, e->attr)->kind == (uint32_t)b->prefer_kind) pref[np++] = ok[i];
+      uint32_t k = e->op == SK_LOOP ? sk_loop_of(b->s, e->attr)->kind : SK_KIND_COUNT;
+      if (k == (uint32_t)b->prefer_kind || (b->prefer_kind == SK_GROUP && k == SK_GROUP_STAGED)) pref[np++] = ok[i];
     }
     if (np) return pref[sk_rand(b->rng) % (uint64_t)np];
   }

@@ -49,7 +49,7 @@ static const sk_loopattr *loop_at(lm_sk *s, lm_egraph *g, const lm_match *m, int
 static int split_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *la = loop_at(s, g, m, 0);
-  return la->kind != SK_UNROLL && la->kind != SK_GROUP && sk_piece_depth(s, la->piece) < 2 &&
+  return la->kind != SK_UNROLL && la->kind < SK_GROUP && sk_piece_depth(s, la->piece) < 2 &&
          sk_piece_const(s, la->piece) >= 4;
 }
 static int split_apply(void *ctx, lm_egraph *g, const lm_match *m) {
@@ -141,13 +141,13 @@ static int fission_apply(void *ctx, lm_egraph *g, const lm_match *m) {
 
 static int map_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   uint32_t k = loop_at(ctx, g, m, 0)->kind;
-  return k != SK_UNROLL && k != SK_GROUP;
+  return k != SK_UNROLL && k < SK_GROUP;
 }
 static int unroll_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *a = loop_at(s, g, m, 0);
   int64_t e = sk_piece_const(s, a->piece);
-  return a->kind != SK_UNROLL && a->kind != SK_GROUP && e >= 2 && e <= 16;
+  return a->kind != SK_UNROLL && a->kind < SK_GROUP && e >= 2 && e <= 16;
 }
 static int rekind(lm_sk *s, lm_egraph *g, const lm_match *m, uint32_t kind) {
   const sk_loopattr *a = loop_at(s, g, m, 0);
@@ -170,6 +170,14 @@ static int group_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   return a->kind == SK_PAR && e >= 32 && e <= 256 && e % 32 == 0;
 }
 static int group_apply(void *ctx, lm_egraph *g, const lm_match *m) { return rekind(ctx, g, m, SK_GROUP); }
+
+/* stage (GPU dialects): a work-group's loop whose threads all read some read-only elements alike
+ * loads those into shared memory together first (emission finds them: see SK_GROUP_STAGED). */
+static int stage_guard(void *ctx, lm_egraph *g, const lm_match *m) {
+  lm_sk *s = ctx;
+  return loop_at(s, g, m, 0)->kind == SK_GROUP && dat(g, m->var[0])->has_red;
+}
+static int stage_apply(void *ctx, lm_egraph *g, const lm_match *m) { return rekind(ctx, g, m, SK_GROUP_STAGED); }
 
 /* ---------------------------------------------------------------- loop fusion */
 
@@ -599,6 +607,7 @@ static const lm_rule rules[] = {
     {"add-zero", 0, PAT(pat_add_zero), NULL, to_var0, NULL},
     {"factor", LM_RULE_ROUNDING, PAT(pat_factor), NULL, factor, NULL},
     {"group", LM_RULE_GPU, PAT(pat_loop), group_guard, group_apply, NULL},
+    {"stage", LM_RULE_GPU, PAT(pat_loop), stage_guard, stage_apply, NULL},
     {"kernel-fuse", 0, NULL, 0, kfuse_guard, kfuse_apply, kfuse_search},
     {"kernel-split", 0, PAT(pat_ksplit), NULL, ksplit_apply, NULL},
 };
@@ -606,7 +615,7 @@ static const lm_rule rules[] = {
 static const uint8_t stage_of[LM_COUNTOF(rules)] = {
     STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K | STAGE_P, STAGE_K, STAGE_K, STAGE_K, STAGE_K,
     STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K,           STAGE_K, STAGE_K, STAGE_K, STAGE_K,
-    STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K,           STAGE_K, STAGE_P, STAGE_P,
+    STAGE_K, STAGE_K, STAGE_K, STAGE_K, STAGE_K,           STAGE_K, STAGE_K, STAGE_P, STAGE_P,
 };
 
 const lm_rule *sk_rules(int *count) {

@@ -47,8 +47,11 @@ extern const char *const sk_op_names[SK_COUNT];
 static inline int sk_is_effect(int op) { return op <= SK_KERNEL; }
 
 /* SK_GROUP (GPU dialects): the loop's iterations are the threads of one work-group; it must be
- * the innermost loop of the kernel's parallel domain, whose outer loops are then the grid. */
-typedef enum sk_kind { SK_PAR, SK_SER, SK_UNROLL, SK_GROUP, SK_KIND_COUNT } sk_kind;
+ * the innermost loop of the kernel's parallel domain, whose outer loops are then the grid.
+ * SK_GROUP_STAGED: the same, and every read-only load in its body that all the group's threads
+ * make alike (its index uses the grid's variables and enclosing reductions' only) reads a copy
+ * the threads first load into shared memory together (then a barrier). */
+typedef enum sk_kind { SK_PAR, SK_SER, SK_UNROLL, SK_GROUP, SK_GROUP_STAGED, SK_KIND_COUNT } sk_kind;
 
 typedef enum sk_ptype { SKP_ORIG, SKP_OUT, SKP_IN, SKP_MERGE, SKP_GROUP } sk_ptype;
 
