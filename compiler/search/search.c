@@ -1316,6 +1316,10 @@ static void plan_stage(sctx *c) {
     }
     goto done;
   }
+  if (c->dev && c->o->budget_s < 30) { /* judging builds two whole plans: a device compiler is slow */
+    logf_(c, "plan: kernel fusion not tried: on a device a search under 30 s keeps its budget for the kernels\n");
+    goto done;
+  }
   int nr;
   const lm_rule *rl = sk_rules(&nr);
   lm_run_limits lim = {.iterations = 24, .nodes = 200000, .seconds = (c->deadline - lm_search_now()) / 6,
