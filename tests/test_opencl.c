@@ -653,13 +653,8 @@ static int dumped_with(const char *dir, const char *what) {
     size_t len = strlen(e->d_name), ext = strlen(DEVICE_SRC_EXT);
     if (len <= ext || strcmp(e->d_name + len - ext, DEVICE_SRC_EXT)) continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    static char buf[1 << 20];
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
-    buf[got] = 0;
-    fclose(f);
-    if (strstr(buf, what)) n++;
+    const char *text = slurp(path);
+    if (text && strstr(text, what)) n++;
   }
   closedir(d);
   return n;

@@ -637,9 +637,7 @@ static void stage_find(ob *o, uint32_t i, const uint32_t *reds, int nred, const 
     *total += E;
     return;
   }
-  if (n->op == SK_RAND || n->op == SK_CONST || n->op == SK_SELECT) {
-    if (n->op != SK_SELECT) return;
-  }
+  if (n->op == SK_RAND || n->op == SK_CONST) return;
   uint32_t r2[16];
   int n2 = nred;
   memcpy(r2, reds, (size_t)nred * sizeof *reds);
