@@ -106,13 +106,7 @@ lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *ou
     out->extent[i] = k->npar ? lm_x_eval(x, k->loops[0].extent, NULL, syms) : 1;
     out->work[i] = 1;
     for (int l = 0; l < k->npar; l++) out->work[i] *= lm_x_eval(x, k->loops[l].extent, NULL, syms);
-    /* iterations of every loop (a serial time loop of a scan counts: it is work per point) */
-    double w = 1;
-    for (size_t l = 0; l < k->nloops; l++) {
-      double e = (double)lm_x_eval(x, k->loops[l].extent, NULL, syms);
-      w *= e > 1 ? e : 1;
-    }
-    out->cost[i] = w > 4e18 ? (int64_t)4e18 : (int64_t)w;
+    out->cost[i] = lm_kernel_cost(x, k, syms);
   }
   st = lm_memplan(p->nbufs, bytes, first, last, 64, out->offset, &out->arena_bytes);
 done:
@@ -121,4 +115,46 @@ done:
   lm_free(last);
   if (st != LM_OK) lm_layout_free(out);
   return st;
+}
+
+int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *syms) {
+  /* iterations of every loop (a serial time loop of a scan counts: it is work per point) */
+  double w = 1;
+  for (size_t l = 0; l < k->nloops; l++) {
+    double e = (double)lm_x_eval(x, k->loops[l].extent, NULL, syms);
+    w *= e > 1 ? e : 1;
+  }
+  return w > 4e18 ? (int64_t)4e18 : (int64_t)w;
+}
+
+/* Chunks are whole blocks of BLOCK iterations of the outer loop: the C compiler may
+ * vectorise that loop (even over an inner one it unrolled), and libmvec's SIMD math differs
+ * from scalar libm in the last bits, so chunk borders must fall where every thread count puts
+ * the same elements in vector lanes. The price: an outer extent below 2*BLOCK runs on one
+ * thread. Not so when a loop with a symbolic extent sits inside the outer one: that loop is
+ * never unrolled away, so the outer loop is never innermost and never vectorised (C compilers
+ * vectorise innermost loops; outer-loop vectorisation and unroll-and-jam are off by default),
+ * and chunks may be single iterations: a weight gradient's 64 rows, each a reduction over the
+ * minibatch, then run on every thread; so do the env blocks of a fused scan (its time loop).
+ * A thread is worth starting for about 16384 loop iterations of work. */
+enum { BLOCK = 64, THREAD_WORK = 16384 };
+
+lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost) {
+  lm_cpu_cut c = {fine ? 1 : BLOCK, 1};
+  double per = (extent > 0 ? (double)cost / (double)extent : 1.0) * (double)c.unit; /* work of a chunk */
+  if (per < THREAD_WORK) c.min_chunks = (int64_t)(THREAD_WORK / (per > 1 ? per : 1));
+  return c;
+}
+
+static int symbolic_below(const lm_exprs *x, const lm_kernel *k, const lm_block *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    if (!b->items[i].is_loop) continue;
+    const lm_loop *l = &k->loops[b->items[i].id];
+    if (lm_x_node(x, l->extent)->op != LM_X_CONST || symbolic_below(x, k, &l->body)) return 1;
+  }
+  return 0;
+}
+
+int lm_kernel_fine(const lm_exprs *x, const lm_kernel *k) {
+  return k->npar > 0 && k->nloops > 0 && symbolic_below(x, k, &k->loops[0].body);
 }

@@ -23,6 +23,21 @@ typedef struct lm_layout {
 } lm_layout;
 
 lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *out);
+
+/* Iterations of all of kernel k's loops under these symbol values (the layout's cost). */
+int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *syms);
+
+/* How the cpu backend cuts a kernel's outer loop over its thread pool; the search times its
+ * candidates cut the same way, so that it measures what the backend will run. Chunks are `unit`
+ * iterations (see memplan.c for why), and a thread is given at least `min_chunks` of them. */
+typedef struct lm_cpu_cut {
+  int64_t unit, min_chunks;
+} lm_cpu_cut;
+/* fine: lm_kernel_fine(k); extent: of the outer loop; cost: lm_kernel_cost */
+lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost);
+/* Does a loop of symbolic extent sit inside kernel k's outer loop? (Then chunks may be single
+ * iterations.) */
+int lm_kernel_fine(const lm_exprs *x, const lm_kernel *k);
 void lm_layout_free(lm_layout *l);
 
 #endif

@@ -19,6 +19,7 @@
  * Searches use a fresh cache directory under $TMPDIR so no test sees another's decisions. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@
 #include "nvrtc.h"
 #include "loopir.h"
 #include "lumen/lumen.h"
+#include "memplan.h"
+#include "pool.h"
 #include "lumen/search.h"
 #include "passes.h"
 #include "render.h"
@@ -798,6 +801,96 @@ Test(search, a_zero_budget_leaves_the_default_schedule) {
   lm_free(b);
   lowered_free(&c);
   lowered_free(&l);
+}
+
+/* ---------------------------------------------------------------- how candidates are launched */
+
+/* The calls a launch made: (start, end) of loop 0 per call. */
+static pthread_mutex_t calls_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t calls[8][2];
+static int ncalls;
+
+static void record_call(float *const *B, const int64_t *S, const uint64_t *R, int64_t start, int64_t end) {
+  (void)B, (void)S, (void)R;
+  pthread_mutex_lock(&calls_mu);
+  if (ncalls < 8) calls[ncalls][0] = start, calls[ncalls][1] = end;
+  ncalls++;
+  pthread_mutex_unlock(&calls_mu);
+}
+
+static int cmp_call(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Launches kernel 0 of g's default schedule on a 2-thread pool through the search's bench and
+ * returns the calls, sorted; also what the cpu backend's cut would give. */
+static int bench_calls(lm_graph_t *g0, const char *sym, int64_t value, lm_cpu_cut *cut) {
+  lowered l = lower(g0);
+  lm_schedule_interchange(l.p, 1);
+  int64_t syms[4] = {0};
+  if (sym) {
+    cr_assert_eq(l.g->x.nsyms, 1);
+    syms[0] = value;
+  }
+  const lm_kernel *k = &l.p->kernels[0];
+  const lm_exprs *x = &l.p->g->x;
+  *cut = lm_cpu_cut_of(lm_kernel_fine(x, k), lm_x_eval(x, k->loops[0].extent, NULL, syms), lm_kernel_cost(x, k, syms));
+  lm_pool *pool;
+  OK(lm_pool_new(2, &pool));
+  sk_bench b;
+  OK(skb_open(&b, l.p, syms, pool, NULL, 1));
+  ncalls = 0;
+  sk_kernel_fn fn = record_call;
+  void *fp;
+  memcpy(&fp, &fn, sizeof fp);
+  skb_launch(&b, k, fp);
+  skb_close(&b);
+  lm_pool_free(pool);
+  lowered_free(&l);
+  cr_assert(ncalls <= 8);
+  qsort(calls, (size_t)ncalls, sizeof calls[0], cmp_call);
+  return ncalls;
+}
+
+/* The search must time what the cpu backend runs. It used to cut loop 0 by the size of the
+ * parallel domain alone, so a 512-row matmul (64x64 work per row) ran on one thread in the search
+ * and on two in the backend, and every measured time of such a kernel was about twice too long. */
+Test(search, candidates_are_launched_cut_over_threads_as_the_cpu_backend_cuts_them) {
+  lm_cpu_cut cut;
+  { /* 512x64 times 64x64: blocks of 64 rows, 8 of them, four to a thread */
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){512, 64});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){64, 64});
+    cr_assert_eq(lm_output(lm_matmul(a, w), "c"), LM_OK);
+    cr_assert_eq(bench_calls(g, NULL, 0, &cut), 2, "a 512-row matmul ran in %d calls", ncalls);
+    cr_assert_eq(cut.unit, 64);
+    cr_assert_eq(calls[0][0], 0);
+    cr_assert_eq(calls[0][1], 256);
+    cr_assert_eq(calls[1][0], 256);
+    cr_assert_eq(calls[1][1], 512);
+  }
+  { /* a weight gradient X^T G over a symbolic minibatch: 64 rows, each cut apart */
+    lm_graph_t *g = lm_graph_new();
+    lm_dim M = lm_sym(g, "M");
+    lm_tensor xx = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){M, 64});
+    lm_tensor gg = lm_input(g, "g", LM_ROLE_DATA, 2, (lm_dim[]){M, 64});
+    cr_assert_eq(lm_output(lm_matmul(lm_transpose(xx, 0, 1), gg), "dw"), LM_OK);
+    cr_assert_eq(bench_calls(g, "M", 512, &cut), 2, "a 64-row weight gradient ran in %d calls", ncalls);
+    cr_assert_eq(cut.unit, 1);
+    cr_assert_eq(calls[0][1], 32);
+    cr_assert_eq(calls[1][0], 32);
+    cr_assert_eq(calls[1][1], 64);
+  }
+  { /* 1000 additions are not worth a second thread */
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 1, (lm_dim[]){1000});
+    cr_assert_eq(lm_output(lm_add(a, a), "c"), LM_OK);
+    cr_assert_eq(bench_calls(g, NULL, 0, &cut), 1);
+    cr_assert_eq(calls[0][0], 0);
+    cr_assert_eq(calls[0][1], 1000);
+    cr_assert_gt(cut.min_chunks, 8);
+  }
 }
 
 Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout = 280) {

@@ -35,7 +35,7 @@ typedef struct cpu_exe {
   lm_scan_info scan;
   uint8_t *per_step;
   int fused; /* the scan runs as one plan over all steps */
-  uint8_t *fine; /* per kernel: chunks may split its outer loop anywhere (see cpu_step) */
+  uint8_t *fine; /* per kernel: chunks may split its outer loop anywhere (lm_kernel_fine) */
   int lanes;     /* envs per block of the fused scan in lanes (1: none) */
   struct cpu_exe *narrow; /* the same scan in blocks of NARROW_LANES, for few envs (or NULL) */
 } cpu_exe;
@@ -116,21 +116,6 @@ static int scan_lanes(void) {
   return v < 1 ? 1 : v > 64 ? 64 : (int)v;
 }
 
-static int symbolic_below(const lm_exprs *x, const lm_kernel *k, const lm_block *b) {
-  for (size_t i = 0; i < b->n; i++) {
-    if (!b->items[i].is_loop) continue;
-    const lm_loop *l = &k->loops[b->items[i].id];
-    if (lm_x_node(x, l->extent)->op != LM_X_CONST || symbolic_below(x, k, &l->body)) return 1;
-  }
-  return 0;
-}
-
-/* Does a loop of symbolic extent sit inside kernel i's outer loop? */
-static int symbolic_inner_loop(const lm_plan *p, size_t i) {
-  const lm_kernel *k = &p->kernels[i];
-  return k->npar > 0 && k->nloops > 0 && symbolic_below(&p->g->x, k, &k->loops[0].body);
-}
-
 static lm_status prepare_lanes(void *ctx, lm_graph_t *g, const lm_scan_info *scan, int lanes, cpu_exe **out) {
   cpu_ctx *c = ctx;
   cpu_exe *x = lm_calloc(1, sizeof *x);
@@ -158,7 +143,7 @@ static lm_status prepare_lanes(void *ctx, lm_graph_t *g, const lm_scan_info *sca
   if ((st = lm_cc_build(c->cc, src, &x->lib)) != LM_OK) goto fail;
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   if ((x->fine = lm_calloc(x->plan->nkernels + 1, 1)))
-    for (size_t i = 0; i < x->plan->nkernels; i++) x->fine[i] = (uint8_t)symbolic_inner_loop(x->plan, i);
+    for (size_t i = 0; i < x->plan->nkernels; i++) x->fine[i] = (uint8_t)lm_kernel_fine(&x->plan->g->x, &x->plan->kernels[i]);
   x->bufs = lm_calloc(x->plan->nbufs + 1, sizeof *x->bufs);
   x->layout_syms = lm_calloc(x->g->x.nsyms + 1, sizeof *x->layout_syms);
   st = LM_ERR_NOMEM;
@@ -198,16 +183,6 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   return st;
 }
 
-/* Chunks are whole blocks of BLOCK iterations of the outer loop: the C compiler may
- * vectorise that loop (even over an inner one it unrolled), and libmvec's SIMD math differs
- * from scalar libm in the last bits, so chunk borders must fall where every thread count puts
- * the same elements in vector lanes. The price: an outer extent below 2*BLOCK runs on one
- * thread. Not so when a loop with a symbolic extent sits inside the outer one: that loop is
- * never unrolled away, so the outer loop is never innermost and never vectorised (C compilers
- * vectorise innermost loops; outer-loop vectorisation and unroll-and-jam are off by default),
- * and chunks may be single iterations: a weight gradient's 64 rows, each a reduction over the
- * minibatch, then run on every thread; so do the env blocks of a fused scan (its time loop). */
-enum { BLOCK = 64 };
 
 typedef struct launch {
   kernel_fn fn;
@@ -259,12 +234,10 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
   }
   uint64_t rng[2] = {args->seed, args->run};
   for (size_t i = 0; i < plan->nkernels; i++) {
-    int64_t n = x->layout.extent[i], unit = x->fine && x->fine[i] ? 1 : BLOCK;
-    /* work of one block of the outer loop, and how many blocks are worth a thread */
-    double per = (n > 0 ? (double)x->layout.cost[i] / (double)n : 1.0) * (double)unit;
-    int64_t min_chunk = per >= 16384 ? 1 : (int64_t)(16384 / (per > 1 ? per : 1));
-    launch l = {x->fns[i], x->bufs, args->syms, rng, unit, n};
-    lm_pool_run(c->pool, run_chunk, &l, (n + unit - 1) / unit, min_chunk);
+    int64_t n = x->layout.extent[i];
+    lm_cpu_cut cut = lm_cpu_cut_of(x->fine && x->fine[i], n, x->layout.cost[i]);
+    launch l = {x->fns[i], x->bufs, args->syms, rng, cut.unit, n};
+    lm_pool_run(c->pool, run_chunk, &l, (n + cut.unit - 1) / cut.unit, cut.min_chunks);
   }
   for (size_t i = 0; i < plan->ncopies; i++) {
     const lm_copy *cp = &plan->copies[i];

@@ -133,7 +133,7 @@ static void run_chunk(void *arg, int64_t start, int64_t end) {
   l->fn(l->bufs, l->syms, l->rng, s, e < l->n ? e : l->n);
 }
 
-enum { BLOCK = 64 }; /* as compiler/backends/cpu.c */
+enum { BLOCK = 64 }; /* lm_cpu_cut_of's block (compiler/memplan.c) */
 
 /* On the device: up-to-date inputs, one launch, its stores marked newer there. */
 static void dev_launch(sk_bench *b, const lm_kernel *k, void *fn, int64_t work) {
@@ -162,13 +162,13 @@ void skb_launch(sk_bench *b, const lm_kernel *k, void *fnp) {
   }
   sk_kernel_fn fn;
   memcpy(&fn, &fnp, sizeof fn);
-  int64_t per = n > 0 ? work / n : 1;
+  /* cut as the cpu backend cuts it (it used to be by the parallel domain's size alone, which
+   * left a 512-row matmul on one thread here and on two in the backend) */
+  lm_cpu_cut cut = lm_cpu_cut_of(lm_kernel_fine(x, k), n, lm_kernel_cost(x, k, b->syms));
   uint64_t rng[2] = {b->seed, 7};
-  launch l = {fn, b->bufs, b->syms, rng, BLOCK, n};
-  per *= BLOCK;
-  int64_t min_chunk = per >= 4096 ? 1 : 4096 / (per > 0 ? per : 1);
-  if (b->pool) lm_pool_run(b->pool, run_chunk, &l, (n + BLOCK - 1) / BLOCK, min_chunk);
-  else run_chunk(&l, 0, (n + BLOCK - 1) / BLOCK);
+  launch l = {fn, b->bufs, b->syms, rng, cut.unit, n};
+  if (b->pool) lm_pool_run(b->pool, run_chunk, &l, (n + cut.unit - 1) / cut.unit, cut.min_chunks);
+  else run_chunk(&l, 0, (n + cut.unit - 1) / cut.unit);
 }
 
 double skb_time(sk_bench *b, const lm_kernel *k, void *fn, double cutoff, double max_s) {
