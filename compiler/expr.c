@@ -560,7 +560,18 @@ static void poly_of(lm_exprs *x, lm_expr e, const lm_xctx *ctx, poly *out) {
   }
 }
 
-/* d*(y/d) + y%d = y: folds the pair a reshape round trip leaves behind. */
+static int split_by(const lm_exprs *x, const poly *p, const poly *d, poly *q, poly *r);
+
+/* Does the divisor d (a polynomial of one term) divide m (an expression) exactly? */
+static int divides(lm_exprs *x, const poly *d, lm_expr m, const lm_xctx *ctx) {
+  poly pm, q, r;
+  poly_of(x, m, ctx, &pm);
+  return !pm.bad && split_by(x, &pm, d, &q, &r) && r.n == 0 && q.n > 0;
+}
+
+/* d*(z/d) + y%d = z, where z is y itself or y % m for a multiple m of d (the canonical form of
+ * z % d is then y % d): folds the pair a reshape round trip leaves behind, and the row/column
+ * pair of a flattened buffer read at a shuffled row z = (a*i + b) % m. */
 static void recombine(lm_exprs *x, poly *p, const lm_xctx *ctx) {
   for (int changed = 1; changed && !p->bad;) {
     changed = 0;
@@ -568,29 +579,43 @@ static void recombine(lm_exprs *x, poly *p, const lm_xctx *ctx) {
       const term *tb = &p->t[i];
       if (tb->n != 1 || x->nodes[tb->f[0]].op != LM_X_MOD) continue;
       const lm_xnode md = x->nodes[tb->f[0]];
-      lm_expr dv = intern(x, LM_X_DIV, md.a, md.b, 0);
-      poly pd, want, y;
+      poly pd;
       poly_of(x, md.b, ctx, &pd);
       if (pd.bad || pd.n != 1) continue;
-      term a = {.c = 1, .n = 1, .f = {dv}};
-      poly pa1 = {.n = 1, .t = {a}};
-      poly_mul(x, &pa1, &pd, &want);
-      if (want.bad || want.n != 1) continue;
-      for (int j = 0; j < p->n; j++) {
-        int64_t wc;
-        if (j == i || mono_cmp(x, &p->t[j], &want.t[0]) || __builtin_mul_overflow(tb->c, want.t[0].c, &wc) ||
-            p->t[j].c != wc)
-          continue;
-        int64_t c = tb->c;
-        term rm1 = p->t[i], rm2 = p->t[j];
-        rm1.c = -rm1.c;
-        rm2.c = -rm2.c;
-        poly_addterm(x, p, &rm1);
-        poly_addterm(x, p, &rm2);
-        poly_of(x, md.a, ctx, &y);
-        poly_add(x, p, &y, c);
-        changed = 1;
-        break;
+      /* the candidates for z: y, and every y % m among the numerators of the sum's divisions by d */
+      lm_expr zs[1 + MAXTERMS];
+      int nz = 0;
+      zs[nz++] = md.a;
+      for (int j = 0; j < p->n && nz < (int)LM_COUNTOF(zs); j++)
+        for (int k = 0; k < p->t[j].n && nz < (int)LM_COUNTOF(zs); k++) {
+          const lm_xnode *f = &x->nodes[p->t[j].f[k]];
+          if (f->op != LM_X_DIV || f->b != md.b || x->nodes[f->a].op != LM_X_MOD) continue;
+          const lm_xnode *z = &x->nodes[f->a];
+          if (z->a == md.a && divides(x, &pd, z->b, ctx)) zs[nz++] = f->a;
+        }
+      for (int zi = 0; zi < nz && !changed; zi++) {
+        lm_expr dv = intern(x, LM_X_DIV, zs[zi], md.b, 0);
+        poly want, z;
+        term a = {.c = 1, .n = 1, .f = {dv}};
+        poly pa1 = {.n = 1, .t = {a}};
+        poly_mul(x, &pa1, &pd, &want);
+        if (want.bad || want.n != 1) continue;
+        for (int j = 0; j < p->n; j++) {
+          int64_t wc;
+          if (j == i || mono_cmp(x, &p->t[j], &want.t[0]) ||
+              __builtin_mul_overflow(tb->c, want.t[0].c, &wc) || p->t[j].c != wc)
+            continue;
+          int64_t c = tb->c;
+          term rm1 = p->t[i], rm2 = p->t[j];
+          rm1.c = -rm1.c;
+          rm2.c = -rm2.c;
+          poly_addterm(x, p, &rm1);
+          poly_addterm(x, p, &rm2);
+          poly_of(x, zs[zi], ctx, &z);
+          poly_add(x, p, &z, c);
+          changed = 1;
+          break;
+        }
       }
     }
   }
@@ -650,6 +675,34 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
     poly_of(x, inner.b, ctx, &pd);
     if (split_by(x, &pd, &pb, &q2, &r2) && r2.n == 0)
       return simplify_divmod(x, LM_X_MOD, inner.a, sb, ctx);
+  }
+  /* floor((c*y + r) / (c*m)) = floor(y / m) and (c*y + r) % (c*m) = c*(y % m) + r when the
+   * divisor's constant factor c divides every other coefficient and 0 <= r < c: column r of a row
+   * y of a flattened [.., m, c] buffer (c*y + r is its flat index) */
+  if (pb.n == 1 && pb.t[0].c > 1 && pb.t[0].n > 0) {
+    int64_t c = pb.t[0].c;
+    poly y, rr, pc, pm = pb;
+    poly_const(&y, 0);
+    poly_const(&rr, 0);
+    for (int i = 0; i < pa.n; i++) {
+      term t = pa.t[i];
+      if (t.c % c == 0) {
+        t.c /= c;
+        poly_addterm(x, &y, &t);
+      } else poly_addterm(x, &rr, &t);
+    }
+    poly_const(&pc, c);
+    pm.t[0].c = 1;
+    if (!y.bad && !rr.bad && poly_within(x, &rr, &pc, ctx)) {
+      lm_expr inner = simplify_divmod(x, op, poly_expr(x, &y), poly_expr(x, &pm), ctx);
+      if (!inner || op == LM_X_DIV) return inner;
+      poly out, pi;
+      poly_of(x, inner, ctx, &pi);
+      poly_const(&out, 0);
+      poly_add(x, &out, &pi, c);
+      poly_add(x, &out, &rr, 1);
+      if (!out.bad) return poly_expr(x, &out);
+    }
   }
   if (!split_by(x, &pa, &pb, &q, &r)) {
     q.n = 0;

@@ -11,6 +11,7 @@
 
 #include "compiler/graph-impl.h"
 #include "compiler/validate.h"
+#include "support/check.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -33,6 +34,12 @@ static void expect_invalid(const lm_graph_t *g, const char *frag1, const char *f
 static void expect_valid(const lm_graph_t *g) {
   lm_status st = lm_graph_validate(g);
   cr_assert_eq(st, LM_OK, "validate: %s", last());
+}
+
+static int strcount(const char *s, char c) {
+  int n = 0;
+  for (; *s; s++) n += *s == c;
+  return n;
 }
 
 static void print_expr(lm_graph_t *g, lm_expr e, char *buf, size_t cap) {
@@ -307,6 +314,99 @@ Test(simplify, broadcast_index_does_not_depend_on_the_expanded_variable) {
   print_expr(g, flat, text, sizeof text);
   cr_assert_str_eq(text, "i1");
   lm_graph_free(g);
+}
+
+/* PPO's minibatch: rows (a*(off + i) + b) mod T*N of a trajectory [T, N, 4] flattened to
+ * [T*N, 4]. Read through the views, the element is (row / N % T)*4N + (row % N)*4 + column:
+ * three divisions per load, in every weight-gradient and forward kernel of the update. It is
+ * row*4 + column: the constant factor 4 cancels ((4*row + c) / 4N = row / N for 0 <= c < 4),
+ * row / N < T makes the % T vanish, and N*(row / N) + row % N = row (row % N being the
+ * canonical form of (..) % T*N % N). */
+static void ref_minibatch(const int64_t *i, const int64_t *s, int64_t *f, int *v) {
+  /* syms: T, N, perm_a, perm_b, mb_off, M */
+  int64_t row = (s[2] * (s[4] + i[0]) + s[3]) % (s[0] * s[1]);
+  *f = row * 4 + i[1];
+  *v = 1;
+}
+
+Test(simplify, a_shuffled_minibatch_of_a_flattened_trajectory_reads_row_times_4_plus_column) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), pa = lm_sym(g, "perm_a"), pb = lm_sym_min(g, "perm_b", 0);
+  lm_dim off = lm_sym_min(g, "mb_off", 0), M = lm_sym(g, "M");
+  lm_tensor x = input(g, "x", 3, (lm_dim[]){T, N, 4});
+  lm_tensor flat = lm_reshape(x, 2, (lm_dim[]){lm_dim_mul(g, T, N), 4});
+  lm_tensor mb = lm_slice(lm_affine_mod(flat, 0, pa, pb), 0, off, lm_dim_add(g, off, M));
+  char text[512], valid[64];
+  edge_index_text(mb, text, valid, sizeof text);
+  cr_assert_eq(strchr(text, '/'), NULL, "a division is left in %s", text);
+  cr_assert_eq(strcount(text, '%'), 1, "one modulo (the shuffle's) expected in %s", text);
+  const int64_t bind[3][6] = {{128, 16, 5, 3, 0, 512}, {3, 7, 11, 20, 4, 9}, {2, 5, 1, 0, 3, 6}};
+  for (int k = 0; k < 3; k++) cr_assert_eq(check_index(mb, bind[k], ref_minibatch), bind[k][5] * 4);
+  /* a trajectory of scalars [T, N]: the row itself */
+  lm_tensor r = input(g, "r", 2, (lm_dim[]){T, N});
+  lm_tensor rmb = lm_slice(lm_affine_mod(lm_reshape(r, 1, (lm_dim[]){lm_dim_mul(g, T, N)}), 0, pa, pb), 0, off,
+                           lm_dim_add(g, off, M));
+  edge_index_text(rmb, text, valid, sizeof text);
+  cr_assert_str_eq(text, "(i0*perm_a + perm_a*mb_off + perm_b)%(T*N)");
+  lm_graph_free(g);
+}
+
+/* Random index expressions (sums, products by constants and symbols, floor divisions and
+ * modulos by c or c*S, including c*y + r over c*S with a small r, the shapes the canonicaliser
+ * folds) evaluate the same before and after lm_x_simplify, at random points of the loop
+ * variables' ranges and random symbol values. */
+static lm_expr random_index(lm_exprs *x, check_rng *r, int depth) {
+  int pick = (int)(check_next(r) % (depth > 0 ? 9 : 3));
+  switch (pick) {
+  case 0: return lm_x_const(x, (int64_t)(check_next(r) % 9) - 3);
+  case 1: return lm_x_var(x, (int)(check_next(r) % 3));
+  case 2: return lm_x_sym(x, (int)(check_next(r) % 3));
+  case 3: return lm_x_add(x, random_index(x, r, depth - 1), random_index(x, r, depth - 1));
+  case 4: return lm_x_mul(x, lm_x_const(x, 1 + (int64_t)(check_next(r) % 5)), random_index(x, r, depth - 1));
+  case 5: return lm_x_mul(x, lm_x_sym(x, (int)(check_next(r) % 3)), random_index(x, r, depth - 1));
+  default: {
+    int64_t c = 1 + (int64_t)(check_next(r) % 6);
+    lm_expr d = lm_x_const(x, c);
+    if (check_next(r) % 2) d = lm_x_mul(x, d, lm_x_sym(x, (int)(check_next(r) % 3)));
+    lm_expr a = random_index(x, r, depth - 1);
+    if (pick == 8) /* c*y + r with 0 <= r < c: loop variable 2 ranges over [0, 3) */
+      a = lm_x_add(x, lm_x_mul(x, lm_x_const(x, c), a), check_next(r) % 2 ? lm_x_var(x, 2) : lm_x_const(x, c - 1));
+    return check_next(r) % 2 ? lm_x_div(x, a, d) : lm_x_mod(x, a, d);
+  }
+  }
+}
+
+Test(simplify, random_index_expressions_keep_their_value) {
+  lm_exprs x;
+  lm_exprs_init(&x);
+  for (int k = 0; k < 3; k++) cr_assert_eq(lm_x_symbol(&x, (const char *[]){"A", "B", "C"}[k], 1), k);
+  lm_expr ext[3] = {lm_x_const(&x, 7), lm_x_sym(&x, 1), lm_x_const(&x, 3)};
+  lm_xctx ctx = {ext, 3};
+  check_rng r = check_rng_new(20261130);
+  int changed = 0;
+  for (int n = 0; n < 4000; n++) {
+    lm_expr e = random_index(&x, &r, 4), s = lm_x_simplify(&x, e, &ctx);
+    cr_assert(s, "simplify failed");
+    changed += s != e;
+    for (int t = 0; t < 40; t++) {
+      int64_t syms[3], vars[3];
+      for (int k = 0; k < 3; k++) syms[k] = 1 + (int64_t)(check_next(&r) % 9);
+      vars[0] = (int64_t)(check_next(&r) % 7);
+      vars[1] = (int64_t)(check_next(&r) % (uint64_t)syms[1]);
+      vars[2] = (int64_t)(check_next(&r) % 3);
+      int64_t a = lm_x_eval(&x, e, vars, syms), b = lm_x_eval(&x, s, vars, syms);
+      if (a != b) {
+        lm_sb t1 = {0}, t2 = {0};
+        lm_x_print(&x, e, &t1, "i");
+        lm_x_print(&x, s, &t2, "i");
+        cr_assert_fail("%s = %lld but its simplified form %s = %lld (A=%lld B=%lld C=%lld i0=%lld i1=%lld i2=%lld)",
+                       t1.s, (long long)a, t2.s, (long long)b, (long long)syms[0], (long long)syms[1],
+                       (long long)syms[2], (long long)vars[0], (long long)vars[1], (long long)vars[2]);
+      }
+    }
+  }
+  cr_assert_gt(changed, 1000, "only %d of 4000 expressions were rewritten", changed);
+  lm_exprs_free(&x);
 }
 
 /* The permute+reshape index (k%2)*3 + k/2 has two floor atoms whose order in the canonical
