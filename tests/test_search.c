@@ -3,8 +3,12 @@
  * - every distinct candidate extracted from the saturated e-graph (greedy, 150 random genomes)
  *   gives what the original kernel gives, both run by the reference interpreter on random inputs
  *   away from zero (exact candidates: float ==; rounding ones: rtol 1e-4 + 1e-5 of the largest);
+ * - the same for every kernel of the graphs lumen trains with: CartPole's PPO minibatch update and
+ *   its rollout step (symbolic sizes bound small);
  * - lm_search_plan times candidates on the cpu, finds none wrong, and the plan it leaves computes
- *   the same outputs as the lowered plan (interpreter, rtol 1e-4 + 1e-5 of the largest);
+ *   the same outputs as the lowered plan (interpreter, rtol 1e-4 + 1e-5 of the largest), also
+ *   for the whole PPO update;
+ * - the bench launches a kernel cut over the thread pool as the cpu backend does;
  * - the tuning cache: a second search of the same plan takes every decision from the cache,
  *   compiles nothing and times nothing, and leaves the same code; corrupt, truncated and
  *   foreign lines are skipped, and the valid lines still apply;
@@ -117,11 +121,15 @@ typedef struct bufs {
   size_t *count;
 } bufs;
 
+/* Symbol values of the graphs with symbolic dimensions (the training graphs); NULL otherwise.
+ * Each test runs in its own process. */
+static const int64_t *test_syms;
+
 static bufs bufs_new(const lm_plan *p, uint64_t seed) {
   bufs s = {p->nbufs, calloc(p->nbufs + 1, sizeof(float *)), calloc(p->nbufs + 1, sizeof(size_t))};
   check_rng r = check_rng_new(seed);
   for (size_t i = 0; i < p->nbufs; i++) {
-    s.count[i] = (size_t)lm_x_eval(&p->g->x, p->bufs[i].numel, NULL, NULL);
+    s.count[i] = (size_t)lm_x_eval(&p->g->x, p->bufs[i].numel, NULL, test_syms);
     s.b[i] = malloc((s.count[i] + 1) * sizeof(float));
     check_fill(&r, s.b[i], s.count[i], -1.0, 1.0, 0.1);
   }
@@ -139,7 +147,7 @@ static void bufs_copy(bufs *d, const bufs *s) {
 }
 
 static void interpret(const lm_plan *p, const lm_kernel *ks, size_t n, bufs *b) {
-  for (size_t i = 0; i < n; i++) OK(sk_interpret(p, &ks[i], b->b, b->count, NULL, 5, 1));
+  for (size_t i = 0; i < n; i++) OK(sk_interpret(p, &ks[i], b->b, b->count, test_syms, 5, 1));
 }
 
 /* Buffers the plan's kernels write that hold results (outputs and assigned values). */
@@ -301,6 +309,57 @@ Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout =
   lowered l = lower(matmul64());
   check_all_candidates(&l, "matmul 64^3");
   lowered_free(&l);
+}
+
+/* The training graphs lumen searches: CartPole's PPO minibatch update (M = 32 rows of a 4 x 16
+ * trajectory) and one rollout step (N = 8 envs), every kernel's candidates (greedy and 40 random
+ * genomes each) against its original kernel. */
+static int64_t *bind_syms(const lm_graph_t *g, const char *const *names, const int64_t *values, int n) {
+  int64_t *v = calloc(g->x.nsyms + 1, sizeof *v);
+  for (size_t i = 0; i < g->x.nsyms; i++) {
+    int k = 0;
+    while (k < n && strcmp(names[k], g->x.syms[i].name)) k++;
+    cr_assert_lt(k, n, "symbol %s has no value", g->x.syms[i].name);
+    v[i] = values[k];
+  }
+  return v;
+}
+
+static lm_graph_t *training_graph(int which) {
+  const lm_env_spec *env = lm_env_find("cartpole");
+  lm_ppo_config cfg = lm_ppo_defaults(env);
+  lm_train_graph tg[4];
+  cr_assert_eq(lm_trainer_graphs(env, &cfg, tg, 4), 4, "%s", lm_last_error());
+  for (int i = 0; i < 4; i++)
+    if (i != which) lm_graph_free(tg[i].g);
+  return tg[which].g;
+}
+
+static lm_graph_t *ppo_update(void) { return training_graph(3); }
+
+static const char *const ppo_names[] = {"N", "T", "M", "perm_a", "perm_b", "mb_off"};
+static const int64_t ppo_values[] = {4, 16, 32, 5, 3, 16}; /* rows (5*(16 + i) + 3) mod 64: shuffled, wrapping */
+
+static void check_training_graph(int which, const char *const *names, const int64_t *values, int n, const char *what) {
+  lowered l = lower(training_graph(which));
+  int64_t *v = bind_syms(l.g, names, values, n);
+  test_syms = v;
+  size_t checked = check_all_candidates_ex(&l, what, 0, 40);
+  cr_log_info("%s: %zu kernels, %zu candidates checked", what, l.p->nkernels, checked);
+  cr_assert_gt(checked, l.p->nkernels, "%s: %zu candidates for %zu kernels", what, checked, l.p->nkernels);
+  test_syms = NULL;
+  free(v);
+  lowered_free(&l);
+}
+
+Test(candidates, every_candidate_of_the_ppo_update_equals_the_reference, .timeout = 280) {
+  check_training_graph(3, ppo_names, ppo_values, 6, "ppo update");
+}
+
+Test(candidates, every_candidate_of_the_rollout_step_equals_the_reference, .timeout = 280) {
+  const char *names[] = {"N"};
+  const int64_t values[] = {8};
+  check_training_graph(0, names, values, 1, "rollout step");
 }
 
 /* The interpreter runs work-group schedules in lockstep (compiler/search/interp.c): the plans of
@@ -637,7 +696,7 @@ static lm_search_options opts(const char *cache_dir, double budget) {
 static void search_and_check(lm_graph_t *(*make)(void), const lm_search_options *o, lm_search_report *rep,
                              char **code, const char *what) {
   lowered ref = lower(make()), l = lower(make());
-  OK(lm_search_plan(l.p, NULL, o, rep));
+  OK(lm_search_plan(l.p, test_syms, o, rep));
   cr_assert_eq(rep->wrong, 0, "%s: %d candidates disagreed with the reference", what, rep->wrong);
   bufs in = bufs_new(ref.p, 21), want = bufs_new(ref.p, 1), got = bufs_new(ref.p, 1);
   bufs_copy(&want, &in);
@@ -668,6 +727,29 @@ Test(search, matmul_softmax_adam_searched_plans_compute_the_same_and_time_no_wro
     if (i < 2) cr_assert_gt(rep.candidates, 0, "%s: no candidate was timed", names[i]);
     lm_search_report_free(&rep);
   }
+  remove_dir(dir);
+  free(dir);
+}
+
+/* The whole PPO update searched (kernels fused, candidates timed on the cpu at M = 32) computes
+ * what its lowered plan computes. */
+Test(search, the_searched_ppo_update_computes_the_same_and_times_no_wrong_candidate, .timeout = 280) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir, 10);
+  lm_graph_t *g = ppo_update();
+  lowered probe = lower(g);
+  int64_t *v = bind_syms(probe.g, ppo_names, ppo_values, 6);
+  lowered_free(&probe);
+  test_syms = v;
+  lm_search_report rep;
+  search_and_check(ppo_update, &o, &rep, NULL, "ppo update");
+  cr_log_info("ppo update: %d -> %d kernels, %d searched, %d candidates timed, %.2f us -> %.2f us, %.2f s",
+              rep.kernels_before, rep.kernels_after, rep.searched, rep.candidates, 1e6 * rep.default_s,
+              1e6 * rep.best_s, rep.wall_s);
+  cr_assert_gt(rep.candidates, 0, "no candidate was timed");
+  lm_search_report_free(&rep);
+  test_syms = NULL;
+  free(v);
   remove_dir(dir);
   free(dir);
 }
