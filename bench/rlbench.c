@@ -1135,7 +1135,9 @@ static int run_ref_env(void *arg) {
  * A second variant draws its actions and resets from Philox4x32-10 exactly as the graph env
  * does (lumen's RAND, the counter-based generator cuRAND uses: the action from stream 1002,
  * element env; the four reset values from stream 1000, elements 4 env .. 4 env + 3; run
- * counter = call * T + t), branch-free too, so both draws are computed every step. */
+ * counter = call * T + t), written as well as we can: one Philox block gives four envs their
+ * actions (in a loop before the physics), and the reset block is drawn only for the envs whose
+ * episode ended (a branch after it). */
 #define SOA_TEXT(...)                                   \
   static const char soa_cartpole_src[] = #__VA_ARGS__; \
   __VA_ARGS__
@@ -1209,17 +1211,22 @@ void soa_cartpole_philox(int64_t env0, int64_t n, int64_t T, uint64_t seed, uint
                          float *restrict xd, float *restrict th, float *restrict thd, int32_t *restrict tt,
                          uint32_t *restrict rng, float *restrict eps, float *restrict rsum) {
   (void)rng;
+  uint32_t act[256 + 8]; /* the block's action words, from offset `off` */
+  uint8_t done[256];
+  uint16_t ended[256];
   for (int64_t i0 = 0; i0 < n; i0 += 256) {
     int64_t i1 = i0 + 256 < n ? i0 + 256 : n;
+    uint64_t first = (uint64_t)(env0 + i0);
+    int64_t off = (int64_t)(first & 3), groups = (i1 - i0 + off + 3) / 4;
     for (int64_t t = 0; t < T; t++) {
+      /* one Philox block per four envs (the action of env e is word e & 3 of block e >> 2) */
+      for (int64_t g = 0; g < groups; g++) {
+        uint32_t w[4];
+        soa_philox(seed, 1002u, (uint32_t)((first >> 2) + (uint64_t)g), run + (uint64_t)t, w);
+        act[4 * g] = w[0], act[4 * g + 1] = w[1], act[4 * g + 2] = w[2], act[4 * g + 3] = w[3];
+      }
       for (int64_t i = i0; i < i1; i++) {
-        uint64_t env = (uint64_t)(env0 + i);
-        uint32_t act[4], rs[4];
-        soa_philox(seed, 1002u, (uint32_t)(env >> 2), run + (uint64_t)t, act);
-        soa_philox(seed, 1000u, (uint32_t)env, run + (uint64_t)t, rs);
-        uint32_t lane = (uint32_t)(env & 3);
-        uint32_t lo = (lane & 1) ? act[1] : act[0], hi = (lane & 1) ? act[3] : act[2];
-        float force = soa_uniform((lane & 2) ? hi : lo) > 0.5f ? 10.0f : -10.0f;
+        float force = soa_uniform(act[i - i0 + off]) > 0.5f ? 10.0f : -10.0f;
         float x0 = x[i], xd0 = xd[i], th0 = th[i], thd0 = thd[i];
         float c = cosf(th0), s = sinf(th0);
         float temp = (force + 0.05f * (thd0 * thd0) * s) / 1.1f;
@@ -1229,14 +1236,29 @@ void soa_cartpole_philox(int64_t env0, int64_t n, int64_t T, uint64_t seed, uint
         float nth = th0 + 0.02f * thd0, nthd = thd0 + 0.02f * thacc;
         int32_t nt = tt[i] + 1;
         int term = (nx < -2.4f) | (nx > 2.4f) | (nth < -0.20943951f) | (nth > 0.20943951f);
-        int done = term | (nt >= 500);
-        x[i] = done ? 0.1f * soa_uniform(rs[0]) - 0.05f : nx;
-        xd[i] = done ? 0.1f * soa_uniform(rs[1]) - 0.05f : nxd;
-        th[i] = done ? 0.1f * soa_uniform(rs[2]) - 0.05f : nth;
-        thd[i] = done ? 0.1f * soa_uniform(rs[3]) - 0.05f : nthd;
-        tt[i] = done ? 0 : nt;
-        eps[i] += done ? 1.0f : 0.0f;
+        int d = term | (nt >= 500);
+        x[i] = nx, xd[i] = nxd, th[i] = nth, thd[i] = nthd;
+        tt[i] = d ? 0 : nt;
+        eps[i] += d ? 1.0f : 0.0f;
         rsum[i] += 1.0f;
+        done[i - i0] = (uint8_t)d;
+      }
+      /* the reset draws (one Philox block per env: stream 1000, elements 4 env .. 4 env + 3),
+       * only for the envs whose episode ended: a list of them first (a loop over the flags with
+       * a branch inside, the vectoriser would turn into masked draws for every env) */
+      int nd = 0;
+      for (int64_t i = 0; i < i1 - i0; i++) {
+        ended[nd] = (uint16_t)i;
+        nd += done[i];
+      }
+      for (int k = 0; k < nd; k++) {
+        int64_t i = i0 + ended[k];
+        uint32_t rs[4];
+        soa_philox(seed, 1000u, (uint32_t)(env0 + i), run + (uint64_t)t, rs);
+        x[i] = 0.1f * soa_uniform(rs[0]) - 0.05f;
+        xd[i] = 0.1f * soa_uniform(rs[1]) - 0.05f;
+        th[i] = 0.1f * soa_uniform(rs[2]) - 0.05f;
+        thd[i] = 0.1f * soa_uniform(rs[3]) - 0.05f;
       }
     }
   }
@@ -1377,8 +1399,8 @@ static int bench_envs(const opts *o) {
       "    1 thread, actions from xorshift64*.\n"
       "  hand SoA (CartPole only) = a struct-of-arrays C loop written in rlbench (float32 Euler physics as\n"
       "    Gymnasium, branch-free auto-reset, per-env xorshift32 for actions and resets, 256-env blocks),\n"
-      "    and the same loop with lumen's Philox4x32-10 draws (the graph env's streams and counters: two\n"
-      "    Philox blocks per env-step, as the compiled graph computes),\n"
+      "    and the same loop with lumen's Philox4x32-10 draws (the graph env's streams and counters: a\n"
+      "    Philox block per four envs for the actions, one per finished episode for the resets),\n"
       "    split over thr pthreads; once built with rlbench's own flags (%s, %s, %s) and\n"
       "    once at run time by the kernel compiler with the kernels' flags (compiler/cc.h).\n"
       "  Every variant keeps two per-env counters (episodes, summed reward) and writes nothing else per step;\n"
