@@ -117,14 +117,25 @@ done:
   return st;
 }
 
+/* Statements executed, a transcendental function or a random draw counting as 8 (about what
+ * libm's and Philox's cost against an add): nested loops multiply, sibling loops add. */
 int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *syms) {
-  /* iterations of every loop (a serial time loop of a scan counts: it is work per point) */
-  double w = 1;
-  for (size_t l = 0; l < k->nloops; l++) {
+  double *trips = lm_malloc((k->nloops + 1) * sizeof *trips), w = 0;
+  if (!trips) return INT64_MAX / 2; /* unknown: worth every thread */
+  for (size_t l = 0; l < k->nloops; l++) { /* loops are created before their children */
     double e = (double)lm_x_eval(x, k->loops[l].extent, NULL, syms);
-    w *= e > 1 ? e : 1;
+    int32_t p = k->loops[l].parent;
+    trips[l] = (e > 1 ? e : 1) * (p >= 0 ? trips[p] : 1);
   }
-  return w > 4e18 ? (int64_t)4e18 : (int64_t)w;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (s->op == LM_S_CONST || s->op == LM_S_ACC) continue;
+    int heavy = s->op == LM_S_LOG2 || s->op == LM_S_EXP2 || s->op == LM_S_SIN || s->op == LM_S_SQRT ||
+                s->op == LM_S_RECIP || s->op == LM_S_RAND || s->op == LM_S_MOD;
+    w += (heavy ? 8.0 : 1.0) * (s->loop >= 0 ? trips[s->loop] : 1.0);
+  }
+  lm_free(trips);
+  return w < 1 ? 1 : w > 4e18 ? (int64_t)4e18 : (int64_t)w;
 }
 
 /* Chunks are whole blocks of BLOCK iterations of the outer loop: the C compiler may
@@ -136,7 +147,7 @@ int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *sym
  * vectorise innermost loops; outer-loop vectorisation and unroll-and-jam are off by default),
  * and chunks may be single iterations: a weight gradient's 64 rows, each a reduction over the
  * minibatch, then run on every thread; so do the env blocks of a fused scan (its time loop).
- * A thread is worth starting for about 16384 loop iterations of work. */
+ * A thread is worth starting for about 16384 statements of work (lm_kernel_cost). */
 enum { BLOCK = 64, THREAD_WORK = 16384 };
 
 lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost) {

@@ -19,12 +19,13 @@ typedef struct lm_layout {
   size_t temp_bytes;   /* sum of all temps, for comparison */
   int64_t *extent;     /* per kernel: extent of the partitioned outer loop (1 if none) */
   int64_t *work;       /* per kernel: iterations of its whole parallel domain */
-  int64_t *cost;       /* per kernel: iterations of all its loops (a rough size of its work) */
+  int64_t *cost;       /* per kernel: lm_kernel_cost (a rough size of its work) */
 } lm_layout;
 
 lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *out);
 
-/* Iterations of all of kernel k's loops under these symbol values (the layout's cost). */
+/* The work of kernel k under these symbol values: statements executed, heavy ones weighted
+ * (the layout's cost). */
 int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *syms);
 
 /* How the cpu backend cuts a kernel's outer loop over its thread pool; the search times its
