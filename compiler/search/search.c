@@ -148,6 +148,7 @@ static uint64_t key_of(sctx *c, const char *text, const char *stage) {
 }
 
 static int time_left(const sctx *c) { return lm_search_now() < c->deadline; }
+static double overrun(const sctx *c) { return c->o->budget_s / 10 > 0.5 ? c->o->budget_s / 10 : 0.5; }
 
 static int64_t kernel_work(const sctx *c, const lm_kernel *k) {
   int64_t w = 1;
@@ -588,7 +589,9 @@ static void time_range(sctx *c, job *j, size_t from, const uint8_t *w, float *co
       logf_(c, "  cand %zu %s rules=%s\n", n, cs_names[d->status], names);
       continue;
     }
-    if (!time_left(c) && n - from >= min_n) break; /* compiled already: the best few are still worth timing */
+    /* compiled already: the best few are still worth timing, within a tenth of the budget (at
+     * least half a second) past the deadline; a device's launches can take a tenth of a second */
+    if (!time_left(c) && (n - from >= min_n || lm_search_now() > c->deadline + overrun(c))) break;
     if (c->dev) { /* an OpenCL driver may compile a kernel at its first launch (PoCL does) */
       skb_launch(&c->bench, &d->k, d->fn);
       skb_sync(&c->bench);
