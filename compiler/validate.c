@@ -418,6 +418,7 @@ typedef struct bctx {
   lm_graph_t *g;
   const int64_t *val;
   const uint8_t *bound;
+  int quiet; /* no labels: a first walk that only finds whether something is wrong */
 } bctx;
 
 /* The first unbound symbol e uses, or -1. */
@@ -486,9 +487,9 @@ static lm_status check_edge_bound(bctx *c, const char *who, const char *edge, lm
   for (uint32_t vi = e.view; vi; vi = g->views[vi].parent) {
     const lm_view *v = &g->views[vi];
     const lm_shape *in = v->parent ? &g->views[v->parent].shape : &g->nodes[e.node].shape;
-    char what[160];
+    char what[160] = "";
     int64_t p0 = 0, p1 = 0, extent = 0;
-    snprintf(what, sizeof what, "%s: view %u (%s)", edge, vi, lm_view_kind_name(v->kind));
+    if (!c->quiet) snprintf(what, sizeof what, "%s: view %u (%s)", edge, vi, lm_view_kind_name(v->kind));
     if ((st = check_dims_bound(c, who, what, &v->shape))) return st;
     int axis_kind = v->kind == LM_V_SLICE || v->kind == LM_V_PAD || v->kind == LM_V_AFFINE_MOD;
     if (axis_kind || v->kind == LM_V_EXPAND) {
@@ -520,6 +521,34 @@ static lm_status check_edge_bound(bctx *c, const char *who, const char *edge, lm
   return LM_OK;
 }
 
+static lm_status check_all_bound(bctx *c) {
+  lm_graph_t *g = c->g;
+  lm_status st;
+  char who[192] = "", what[32] = "";
+  for (uint32_t i = 1; i < g->nnodes; i++) {
+    const lm_node *n = &g->nodes[i];
+    if (!c->quiet) label(g, i, who, sizeof who);
+    if ((st = check_dims_bound(c, who, "its shape", &n->shape))) return st;
+    for (int k = 0; k < n->nsrc && k < 2; k++) {
+      if (!c->quiet) snprintf(what, sizeof what, "source %d", k);
+      if ((st = check_edge_bound(c, who, what, n->src[k]))) return st;
+    }
+  }
+  for (size_t k = 0; k < g->noutputs; k++) {
+    if (!c->quiet) snprintf(who, sizeof who, "output '%s' (node %%%u)", g->outputs[k].name, g->outputs[k].src.node);
+    if ((st = check_edge_bound(c, who, "its source", g->outputs[k].src))) return st;
+  }
+  for (size_t k = 0; k < g->nassigns; k++) {
+    if (!c->quiet) label(g, g->assigns[k].target, who, sizeof who);
+    if ((st = check_edge_bound(c, who, "its assigned value", g->assigns[k].src))) return st;
+  }
+  return LM_OK;
+}
+
+/* Runs at every change of a program's bindings (a PPO update rebinds its minibatch offset at
+ * every run): the walk names nothing, and only when it finds a problem does a second walk
+ * build the labels for the message (formatting them for each of a few thousand nodes took
+ * about 0.4 ms a run). */
 lm_status lm_graph_check_bindings(lm_graph_t *g, const int64_t *sym_values, const uint8_t *sym_bound) {
   if (!g) return lm_fail(LM_ERR_INVALID, "bindings: no graph");
   if (g->x.nsyms && (!sym_values || !sym_bound)) return lm_fail(LM_ERR_INVALID, "bindings: the graph has symbols but no values were given");
@@ -527,28 +556,8 @@ lm_status lm_graph_check_bindings(lm_graph_t *g, const int64_t *sym_values, cons
     if (sym_bound[s] && sym_values[s] < g->x.syms[s].least)
       return lm_fail(LM_ERR_INVALID, "symbol %s is bound to %lld, below its least value %lld", g->x.syms[s].name,
                      (long long)sym_values[s], (long long)g->x.syms[s].least);
-  bctx c = {g, sym_values, sym_bound};
-  lm_status st;
-  for (uint32_t i = 1; i < g->nnodes; i++) {
-    const lm_node *n = &g->nodes[i];
-    char who[192];
-    label(g, i, who, sizeof who);
-    if ((st = check_dims_bound(&c, who, "its shape", &n->shape))) return st;
-    for (int k = 0; k < n->nsrc && k < 2; k++) {
-      char what[32];
-      snprintf(what, sizeof what, "source %d", k);
-      if ((st = check_edge_bound(&c, who, what, n->src[k]))) return st;
-    }
-  }
-  for (size_t k = 0; k < g->noutputs; k++) {
-    char who[192];
-    snprintf(who, sizeof who, "output '%s' (node %%%u)", g->outputs[k].name, g->outputs[k].src.node);
-    if ((st = check_edge_bound(&c, who, "its source", g->outputs[k].src))) return st;
-  }
-  for (size_t k = 0; k < g->nassigns; k++) {
-    char who[192];
-    label(g, g->assigns[k].target, who, sizeof who);
-    if ((st = check_edge_bound(&c, who, "its assigned value", g->assigns[k].src))) return st;
-  }
-  return LM_OK;
+  bctx c = {g, sym_values, sym_bound, 1};
+  if (check_all_bound(&c) == LM_OK) return LM_OK;
+  c.quiet = 0;
+  return check_all_bound(&c);
 }
