@@ -29,7 +29,9 @@ static inline int64_t lm_pool_chunk_start(int64_t n, int T, int t) {
  * chunks are skipped. If n < 2 * min_per_thread, the caller runs fn(arg, 0, n) alone. One run at
  * a time per pool: calling it from inside fn, or from two threads at once, is a bug (asserted).
  * Idle threads poll (sched_yield) for about 50 us after a run, then sleep on a condition
- * variable: back-to-back runs cost a few microseconds. */
+ * variable: back-to-back runs cost a few microseconds. The caller polls (sched_yield) until the
+ * run ends. On Linux the workers are pinned to CPUs other than the creating thread's when there
+ * are enough (LUMEN_PIN=0: never); compiler/pool.c says why. */
 void lm_pool_run(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_per_thread);
 
 #endif

@@ -1,9 +1,14 @@
 /* Tests for the cpu backend's thread pool (compiler/pool.c): every index runs exactly once, the
  * partition is the documented formula, chunk 0 runs on the caller, per-block float reductions are
- * bitwise identical for any thread count, and many back-to-back runs stay correct. */
+ * bitwise identical for any thread count, many back-to-back runs stay correct, and (Linux) a
+ * worker runs pinned to another CPU than its creator's. */
+#if defined(__linux__)
+#define _GNU_SOURCE
+#endif
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -235,3 +240,55 @@ Test(pool, bad_thread_counts_are_rejected_with_a_message) {
   setenv("LUMEN_THREADS", "0", 1);
   cr_assert_eq(lm_pool_new(0, &p), LM_ERR_INVALID);
 }
+
+/* ---- where the workers run ------------------------------------------------------------------- */
+
+#if defined(__linux__)
+int sched_getcpu(void);
+
+typedef struct where {
+  int cpu[2];
+} where;
+
+static void where_fn(void *arg, int64_t start, int64_t end) {
+  where *w = arg;
+  (void)end;
+  w->cpu[start] = sched_getcpu();
+}
+
+/* Workers are pinned to CPUs other than the creating thread's (compiler/pool.c: unpinned, a woken
+ * worker was placed on the caller's CPU and the two chunks of a run went one after the other). So
+ * a worker's chunk runs on another CPU than the caller had at creation, the same one every run;
+ * LUMEN_PIN=0 leaves it unpinned. Needs two CPUs the process may use. */
+Test(pool, workers_run_pinned_to_another_cpu_than_the_creators) {
+  cpu_set_t allowed;
+  cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) {
+    cr_skip_test("one CPU: nothing to pin");
+    return;
+  }
+  /* the creator's CPU when the pool is made (again if the thread moved meanwhile) */
+  lm_pool *p = NULL;
+  int self = -1;
+  for (int tries = 0; tries < 20 && !p; tries++) {
+    int before = sched_getcpu();
+    cr_assert_eq(lm_pool_new(2, &p), LM_OK);
+    if (sched_getcpu() != before) {
+      lm_pool_free(p);
+      p = NULL;
+    } else self = before;
+  }
+  cr_assert(p, "the creating thread kept moving between CPUs");
+  int worker_cpu = -1;
+  for (int r = 0; r < 20; r++) {
+    usleep(2000); /* the worker falls asleep: unpinned, waking it put it on the caller's CPU */
+    where w = {{-1, -1}};
+    lm_pool_run(p, where_fn, &w, 2, 1);
+    cr_assert_neq(w.cpu[1], self, "run %d: the worker ran on the creator's CPU %d", r, self);
+    cr_assert(CPU_ISSET(w.cpu[1], &allowed));
+    if (r) cr_assert_eq(w.cpu[1], worker_cpu, "the worker moved from CPU %d to %d", worker_cpu, w.cpu[1]);
+    worker_cpu = w.cpu[1];
+  }
+  lm_pool_free(p);
+}
+#endif

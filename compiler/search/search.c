@@ -1031,6 +1031,8 @@ static void kernel_stage(sctx *c, uint8_t *won) {
     if (default_cand(c, &jobs[q]) != LM_OK) job_free(&jobs[q]);
   compile_jobs(c, jobs, nj, 0);
   if (ensure_bench(c) != LM_OK) goto done;
+  /* on the inputs candidates are timed on (uninitialised memory may hold denormals or NaN) */
+  skb_fill(&c->bench, c->o->seed);
   double total = 0, gen0_s = 0; /* gen0_s: seconds spent on generation 0 (e-graphs, compiles, timing) */
   int gen0_n = 0;               /* kernels whose generation 0 was made */
   for (size_t q = 0; q < nj; q++) {
