@@ -856,6 +856,48 @@ static void emit_signature(rk *r, lm_sb *sb, const char *name) {
   }
 }
 
+/* The C dialect: the kernel's code in an inlined helper whose buffers are restrict parameters,
+ * and the exported entry that takes them from B and S. C compilers give restrict its meaning on
+ * parameters (clang turns it into alias scopes when it inlines), not on the local pointers the
+ * entry would otherwise declare: a 4x16 register tile of a 256^3 matmul read through restrict
+ * locals stayed scalar with its accumulators on the stack (9.1 ms, one thread), and vectorised
+ * in registers as a helper (0.47 ms). */
+static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *body) {
+  const lm_kernel *k = r->k;
+  const lm_plan *p = r->p;
+  lm_sb_printf(out, "LM_HELPER void %s_k(", name);
+  for (size_t j = 0; j < k->nbufs; j++) {
+    uint32_t b = k->bufs[j];
+    if (b < p->nbufs && (r->bufrd[b] || r->bufwr[b]))
+      lm_sb_printf(out, "%sfloat *restrict b%u, ", r->bufwr[b] ? "" : "const ", b);
+  }
+  for (size_t i = 0; i < r->x->nsyms; i++)
+    if (r->symuse[i]) lm_sb_printf(out, "const int64_t %s, ", r->symname[i]);
+  lm_sb_puts(out, "const uint64_t *restrict R, int64_t start, int64_t end) {\n");
+  if (!r->use_r) lm_sb_puts(out, "  (void)R;\n");
+  if (k->npar == 0) lm_sb_puts(out, "  (void)start;\n  (void)end;\n");
+  for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld];\n", i, (long long)k->locals[i]);
+  if (head->s) lm_sb_puts(out, head->s);
+  if (k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
+  if (body->s) lm_sb_puts(out, body->s);
+  if (k->npar == 0) lm_sb_puts(out, "  }\n");
+  lm_sb_puts(out, "}\n");
+  emit_signature(r, out, name);
+  int any_buf = 0, any_sym = 0;
+  lm_sb args = {0};
+  for (size_t j = 0; j < k->nbufs; j++) {
+    uint32_t b = k->bufs[j];
+    if (b < p->nbufs && (r->bufrd[b] || r->bufwr[b])) lm_sb_printf(&args, "B[%u], ", b), any_buf = 1;
+  }
+  for (size_t i = 0; i < r->x->nsyms; i++)
+    if (r->symuse[i]) lm_sb_printf(&args, "S[%zu], ", i), any_sym = 1;
+  if (!any_buf) lm_sb_puts(out, "  (void)B;\n");
+  if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
+  lm_sb_printf(out, "  %s_k(%sR, start, end);\n}\n", name, args.s ? args.s : "");
+  if (args.failed) out->failed = 1;
+  lm_sb_free(&args);
+}
+
 /* Symbol names: s_ + the name with non-identifier characters as '_', made unique. */
 static int name_symbols(rk *r) {
   const lm_exprs *x = r->x;
@@ -958,6 +1000,10 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
 
   char name[48];
   lm_render_entry_name(k, name, sizeof name);
+  if (dia == LM_DIALECT_C) {
+    emit_c_kernel(&r, out, name, &head, &body);
+    goto rendered;
+  }
   emit_signature(&r, out, name);
   if (r.flat && k->group) { /* every thread of a group reaches its barriers: no early return */
     lm_sb_printf(out, "  const %s grp = (%s)%s;\n  (void)total;\n", r.d->i64, r.d->i64, r.d->group_id);
@@ -990,6 +1036,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   if (body.s) lm_sb_puts(out, body.s);
   if (!r.flat && k->npar == 0) lm_sb_puts(out, "  }\n");
   lm_sb_puts(out, "}\n");
+rendered:
   st = r.bad ? lm_fail(LM_ERR_INVALID, "render: kernel %.32s: %s", k->name, r.why) : LM_OK;
   /* proving bounds interns expressions: a failed allocation there makes the text unreliable */
   if (body.failed || head.failed || out->failed || x->failed) st = lm_fail(LM_ERR_NOMEM, "render: out of memory");

@@ -427,11 +427,14 @@ static char *render(const fx *f, lm_dialect d) {
   return s;
 }
 
-/* Text of kernel `name` within a rendered plan (from its signature to the end). */
+/* Text of kernel `name` within a rendered plan (from its signature to the end; in C, from its
+ * helper's, which the entry follows). */
 static const char *kernel_text(const char *src, const char *name) {
   char pat[64];
-  snprintf(pat, sizeof pat, "void %s(", name);
+  snprintf(pat, sizeof pat, "void %s_k(", name);
   const char *s = strstr(src, pat);
+  snprintf(pat, sizeof pat, "void %s(", name);
+  if (!s) s = strstr(src, pat);
   cr_assert(s, "no kernel %s in:\n%s", name, src);
   return s;
 }
@@ -544,8 +547,9 @@ Test(render_c, chain_matches_sinf_exp2_product_bit_for_bit_for_any_chunking) {
   expect_in(k, "for (int64_t i0 = start; i0 < end; i0++) {");
   expect_in(k, "for (int64_t i1 = 0; i1 < 4; i1++) {");
   expect_in(k, "b2[i0*4 + i1] = lm_exp2(sinf(b0[i0*4 + i1])) * b1[i1] * 1.5f;");
-  expect_in(k, "const float *restrict b0 = B[0];");
-  expect_in(k, "float *restrict b2 = B[2];");
+  /* the buffers are restrict parameters of the helper (C honours restrict there), from B */
+  expect_in(k, "void k0_chain_k(const float *restrict b0, const float *restrict b1, float *restrict b2, ");
+  expect_in(k, "k0_chain_k(B[0], B[1], B[2], R, start, end);");
   expect_in(k, "(void)S;"); /* N only bounds loop 0, which runs over [start, end) */
   expect_in(k, "(void)R;");
   expect_not_in(k, "lm_floor");
@@ -559,7 +563,8 @@ Test(render_c, reduction_with_accumulators_and_hoisted_load_is_exact) {
   char *src = render(f, LM_DIALECT_C);
   const char *k = kernel_text(src, "k0_reduce");
   expect_not_in(k, "s_M"); /* M only bounds loop 0, which runs over [start, end) */
-  expect_in(k, "const int64_t s_K_len = S[1];");
+  expect_in(k, "const int64_t s_K_len, "); /* a parameter of the helper, */
+  expect_in(k, "S[1], R, start, end);");    /* taken from S by the entry */
   expect_in(k, "float v0 = 0.0f;");
   expect_in(k, "float v1 = -INFINITY;");
   expect_in(k, "v1 = fmaxf(v1, v3);");

@@ -281,6 +281,27 @@ lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, u
 /* Classes worth drawing again: the parent took a node there and the class has another. Effect
  * classes and those holding a reduction (the schedule: loops, their kinds, reduction forms) come
  * first; plain value classes (commuted and reassociated arithmetic) are drawn a third of the time. */
+/* A split loop's neighbour in its class: the same loop split by twice or half the factor (a 4x8
+ * register tile becomes 4x16 or 4x4), or NONE. A redrawn class takes this half the time: a good
+ * tile's neighbours are likelier to be good than a random choice (the 256^3 matmul's best kind
+ * of tile, 4x16, is rarely drawn at random among ~1e12 terms). */
+static uint32_t factor_step(lm_sk *s, uint32_t c, uint32_t chosen, uint64_t *rng) {
+  lm_egraph *g = s->eg;
+  const lm_enode *n = lm_eg_node(g, chosen);
+  if (n->op != SK_LOOP) return LM_EG_NONE;
+  const sk_piece *pc = sk_piece_of(s, sk_loop_of(s, n->attr)->piece);
+  if (pc->type != SKP_OUT) return LM_EG_NONE;
+  uint32_t want = (sk_rand(rng) & 1) ? pc->b * 2 : pc->b / 2, kind = sk_loop_of(s, n->attr)->kind;
+  const lm_eg_vec *v = &g->cnodes[c];
+  for (uint32_t i = 0; i < v->n; i++) {
+    const lm_enode *m = lm_eg_node(g, v->v[i]);
+    if (m->op != SK_LOOP || sk_loop_of(s, m->attr)->kind != kind) continue;
+    const sk_piece *pm = sk_piece_of(s, sk_loop_of(s, m->attr)->piece);
+    if (pm->type == SKP_OUT && pm->a == pc->a && pm->b == want) return v->v[i];
+  }
+  return LM_EG_NONE;
+}
+
 lm_status sk_mutate(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *parent, int nredraw,
                     uint64_t *rng, uint32_t *genome, sk_term *out) {
   lm_egraph *g = s->eg;
@@ -305,8 +326,9 @@ lm_status sk_mutate(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_
     size_t k = (size_t)(sk_rand(rng) % (uint64_t)*n);
     uint32_t c = list[k];
     list[k] = list[--*n]; /* drawn once */
+    uint32_t step = from_sched && (sk_rand(rng) & 1) ? factor_step(s, (uint32_t)c, parent[c], rng) : LM_EG_NONE;
     avoid[c] = parent[c];
-    force[c] = LM_EG_NONE;
+    force[c] = step;
   }
   tb b = {.s = s, .g = g, .best = best, .force = force, .avoid = avoid, .strict = 1, .genome = genome,
           .rng = rng, .greedy_p = 0.85, .prefer_kind = -1, .t = out};
