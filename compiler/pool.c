@@ -9,8 +9,9 @@
  * to the idle CPU, and every run's chunks went one after the other (50 of 50 runs of two 200 us
  * chunks; the search timed a 64-row weight gradient at 100 us on two threads against 49 us run by
  * the backend). So workers are pinned to CPUs other than the creating thread's (when the process
- * may use a CPU for every thread; LUMEN_PIN=0 turns it off), and the caller polls without
- * sleeping until its run ends: then 0 of 50 runs were serialised, at no cost to the PPO update. */
+ * may use a CPU for every thread; LUMEN_PIN=0 turns it off), a worker whose CPU the caller has
+ * moved onto since moves away at the next run, and the caller polls without sleeping until its
+ * run ends: then 0 of 50 runs were serialised, at no cost to the PPO update. */
 #if defined(__linux__)
 #define _GNU_SOURCE
 #endif
@@ -45,6 +46,10 @@ typedef struct worker {
 
 struct lm_pool {
   int size;
+  int pinned; /* workers are pinned (each worker's cpu) */
+#if defined(__linux__)
+  cpu_set_t allowed; /* the CPUs the creating thread could use */
+#endif
   pthread_t *threads;
   worker *workers;
   pthread_mutex_t mu;
@@ -91,14 +96,7 @@ static void run_chunk(lm_pool *p, int t) {
 static void *worker_main(void *arg) {
   worker *w = arg;
   lm_pool *p = w->pool;
-#if defined(__linux__)
-  if (w->cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(w->cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* a failure leaves it unpinned */
-  }
-#endif
+
   uint_fast64_t seen = 0;
   for (;;) {
     uint_fast64_t g = spin_for_gen(p, seen, SPIN_NS);
@@ -146,6 +144,41 @@ static void pool_stop(lm_pool *p, int started) {
 
 /* CPUs for workers 1..n-1: the process's allowed CPUs other than the creating thread's, in order;
  * all -1 (no pinning) off Linux, when fewer CPUs are allowed than threads, or with LUMEN_PIN=0. */
+static int pin(pthread_t t, int cpu) {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(t, sizeof set, &set) == 0;
+#else
+  (void)t, (void)cpu;
+  return 0;
+#endif
+}
+
+/* The caller moved onto a worker's CPU (it is not pinned: it is the application's thread): that
+ * worker moves to a CPU no thread of the pool uses, the caller's previous one, say. Rare: once per
+ * move of the caller; sched_getcpu costs nanoseconds. */
+static void unpile(lm_pool *p) {
+#if defined(__linux__)
+  int me = sched_getcpu();
+  for (int i = 0; i < p->size - 1; i++) {
+    if (p->workers[i].cpu != me) continue;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+      if (!CPU_ISSET(c, &p->allowed) || c == me) continue;
+      int used = 0;
+      for (int k = 0; k < p->size - 1; k++) used |= p->workers[k].cpu == c;
+      if (!used && pin(p->threads[i], c)) {
+        p->workers[i].cpu = c;
+        break;
+      }
+    }
+  }
+#else
+  (void)p;
+#endif
+}
+
 static void pin_plan(int n, int *cpus) {
   for (int i = 0; i < n; i++) cpus[i] = -1;
 #if defined(__linux__)
@@ -203,10 +236,15 @@ lm_status lm_pool_new(int n_threads, lm_pool **out) {
     return LM_ERR_NOMEM;
   }
   pin_plan(n_threads, cpus);
+#if defined(__linux__)
+  if (sched_getaffinity(0, sizeof p->allowed, &p->allowed) != 0) CPU_ZERO(&p->allowed);
+#endif
   for (; started < n_threads - 1; started++) {
     p->workers[started] = (worker){p, started + 1, cpus[started + 1]};
     rc = pthread_create(&p->threads[started], NULL, worker_main, &p->workers[started]);
     if (rc) break;
+    if (cpus[started + 1] >= 0 && pin(p->threads[started], cpus[started + 1])) p->pinned = 1;
+    else p->workers[started].cpu = -1;
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   lm_free(cpus);
@@ -243,6 +281,7 @@ void lm_pool_run(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_pe
     return;
   }
   LM_ASSERT(!atomic_exchange(&p->busy, 1));
+  if (p->pinned) unpile(p);
   p->fn = fn;
   p->arg = arg;
   p->n = n;

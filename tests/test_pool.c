@@ -256,39 +256,40 @@ static void where_fn(void *arg, int64_t start, int64_t end) {
   w->cpu[start] = sched_getcpu();
 }
 
-/* Workers are pinned to CPUs other than the creating thread's (compiler/pool.c: unpinned, a woken
- * worker was placed on the caller's CPU and the two chunks of a run went one after the other). So
- * a worker's chunk runs on another CPU than the caller had at creation, the same one every run;
- * LUMEN_PIN=0 leaves it unpinned. Needs two CPUs the process may use. */
-Test(pool, workers_run_pinned_to_another_cpu_than_the_creators) {
+/* Workers are pinned to CPUs other than the caller's (compiler/pool.c: unpinned, a woken worker
+ * was placed on the caller's CPU and the two chunks of a run went one after the other): in every
+ * run, the worker's chunk runs on another CPU than the caller's chunk, also after the worker fell
+ * asleep between runs; LUMEN_PIN=0 leaves it unpinned. Needs two CPUs the process may use. */
+Test(pool, a_workers_chunk_runs_on_another_cpu_than_the_callers) {
   cpu_set_t allowed;
   cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
   if (CPU_COUNT(&allowed) < 2) {
     cr_skip_test("one CPU: nothing to pin");
     return;
   }
-  /* the creator's CPU when the pool is made (again if the thread moved meanwhile) */
-  lm_pool *p = NULL;
-  int self = -1;
-  for (int tries = 0; tries < 20 && !p; tries++) {
-    int before = sched_getcpu();
-    cr_assert_eq(lm_pool_new(2, &p), LM_OK);
-    if (sched_getcpu() != before) {
-      lm_pool_free(p);
-      p = NULL;
-    } else self = before;
-  }
-  cr_assert(p, "the creating thread kept moving between CPUs");
-  int worker_cpu = -1;
+  lm_pool *p;
+  cr_assert_eq(lm_pool_new(2, &p), LM_OK);
   for (int r = 0; r < 20; r++) {
     usleep(2000); /* the worker falls asleep: unpinned, waking it put it on the caller's CPU */
     where w = {{-1, -1}};
     lm_pool_run(p, where_fn, &w, 2, 1);
-    cr_assert_neq(w.cpu[1], self, "run %d: the worker ran on the creator's CPU %d", r, self);
     cr_assert(CPU_ISSET(w.cpu[1], &allowed));
-    if (r) cr_assert_eq(w.cpu[1], worker_cpu, "the worker moved from CPU %d to %d", worker_cpu, w.cpu[1]);
-    worker_cpu = w.cpu[1];
+    cr_assert_neq(w.cpu[1], w.cpu[0], "run %d: both chunks ran on CPU %d", r, w.cpu[0]);
   }
+  /* the caller moves onto the worker's CPU: the worker moves away at the next run */
+  where w0 = {{-1, -1}};
+  lm_pool_run(p, where_fn, &w0, 2, 1);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(w0.cpu[1], &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+  for (int r = 0; r < 5; r++) {
+    where w = {{-1, -1}};
+    lm_pool_run(p, where_fn, &w, 2, 1);
+    cr_assert_eq(w.cpu[0], w0.cpu[1]);
+    cr_assert_neq(w.cpu[1], w.cpu[0], "after the caller moved: both chunks ran on CPU %d", w.cpu[0]);
+  }
+  cr_assert_eq(sched_setaffinity(0, sizeof allowed, &allowed), 0);
   lm_pool_free(p);
 }
 #endif

@@ -14,6 +14,7 @@
  * the tuning cache, keyed by the kernel's canonical text, the device, the compiler and flags and
  * the size bucket of every symbol; a rerun with a warm cache builds no e-graph and times nothing. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,7 @@ typedef struct cand {
   int status;
   void *fn;        /* cpu: an sk_kernel_fn; device: the backend's entry */
   int gpu;         /* the gpu work-group schedule applied on top of the term (device searches) */
+  uint8_t part;     /* the translation unit it was compiled in (compile_jobs) */
   uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
   int gen;          /* generation that made it */
   char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
@@ -102,6 +104,8 @@ typedef struct sctx {
   const lm_search_device *dev; /* NULL: the cpu */
   int dialect;                 /* what candidates are rendered in */
   void **libs;                 /* cpu: lm_cc_lib; device: the backend's modules */
+  double cc_s, cc_n;           /* compiling so far: wall seconds, candidates */
+  size_t keep_cap;             /* candidates a kernel's generation 0 may keep (0: no cap) */
   size_t nlibs, libcap;
   void **entries;              /* device: the entries looked up (freed at the end) */
   size_t nentries, entrycap;
@@ -212,28 +216,91 @@ static void *sym_fn(sctx *c, void *lib, const char *name, const lm_kernel *k) {
   return lm_cc_sym(lib, name);
 }
 
-/* Compiles every candidate of every job in one translation unit (per job when that fails). */
+/* One translation unit built by a thread of its own (the C compiler runs as a process). */
+typedef struct tu_build {
+  lm_cc *cc;
+  char *src;
+  lm_cc_lib *lib;
+  char why[400];
+} tu_build;
+
+static void *tu_build_main(void *arg) {
+  tu_build *t = arg;
+  if (lm_cc_build(t->cc, t->src, &t->lib) != LM_OK) {
+    t->lib = NULL;
+    snprintf(t->why, sizeof t->why, "%s", lm_last_error());
+  }
+  return NULL;
+}
+
+enum { MAX_PARTS = 8 };
+
+/* Compiles every candidate of every job: on the cpu in one translation unit per thread of the
+ * pool (at most 8), built side by side, the candidates dealt out in turn (a cold compile cache
+ * made generation 0 of four PPO kernels, 96 candidates, one 11 s compile that took the whole
+ * budget); on a device in one unit. When a unit fails, per job. */
 static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
   char *pre = lm_render_prelude(c->dialect);
   if (!pre) return;
+  double t0 = lm_search_now();
+  size_t built = 0;
+  for (size_t j = 0; j < nj; j++)
+    for (size_t n = 0; n < jobs[j].nc; n++) built += jobs[j].c[n].status == SK_CS_UNTESTED && !jobs[j].c[n].fn;
+  int parts = c->dev || per_job ? 1 : c->pool ? lm_pool_size(c->pool) : 1;
+  if (parts > MAX_PARTS) parts = MAX_PARTS;
+  if (parts < 1) parts = 1;
   size_t lo = 0;
   while (lo < nj) {
     size_t hi = per_job ? lo + 1 : nj;
-    lm_sb tu = {0};
-    lm_sb_puts(&tu, pre);
+    lm_sb tu[MAX_PARTS] = {{0}};
+    int used[MAX_PARTS] = {0}, next = 0;
+    for (int q = 0; q < parts; q++) lm_sb_puts(&tu[q], pre);
     char name[48];
     for (size_t j = lo; j < hi; j++)
       for (size_t n = 0; n < jobs[j].nc; n++) {
         cand *d = &jobs[j].c[n];
         if (d->status != SK_CS_UNTESTED || d->fn) continue;
         snprintf(name, sizeof name, "sj%zu_%zu", j, n);
-        if (add_source(c, &tu, &d->k, name) != LM_OK) d->status = SK_CS_NOBUILD;
+        d->part = (uint8_t)next;
+        if (add_source(c, &tu[next], &d->k, name) != LM_OK) d->status = SK_CS_NOBUILD;
+        else used[next] = 1;
+        next = (next + 1) % parts;
       }
-    char *src = lm_sb_take(&tu);
-    lm_dump_source("search", c->dialect == LM_DIALECT_C ? "c" : "gpu", src, NULL); /* $LUMEN_DUMP */
-    void *lib = src ? build_tu(c, src) : NULL;
-    lm_free(src);
-    if (!lib && !per_job && nj > 1) {
+    void *lib[MAX_PARTS] = {0};
+    int failed = 0;
+    if (parts == 1) {
+      char *src = lm_sb_take(&tu[0]);
+      lm_dump_source("search", c->dialect == LM_DIALECT_C ? "c" : "gpu", src, NULL); /* $LUMEN_DUMP */
+      lib[0] = src ? build_tu(c, src) : NULL;
+      failed = !lib[0];
+      lm_free(src);
+    } else {
+      tu_build tb[MAX_PARTS] = {{0}};
+      pthread_t th[MAX_PARTS];
+      int started[MAX_PARTS] = {0};
+      for (int q = 0; q < parts; q++) {
+        tb[q].cc = c->cc;
+        tb[q].src = lm_sb_take(&tu[q]);
+        if (!used[q] || !tb[q].src) continue;
+        lm_dump_source("search", "c", tb[q].src, NULL);
+        started[q] = q > 0 && pthread_create(&th[q], NULL, tu_build_main, &tb[q]) == 0;
+      }
+      for (int q = 0; q < parts; q++) /* unit 0, and any whose thread did not start, here */
+        if (used[q] && tb[q].src && !started[q]) tu_build_main(&tb[q]);
+      for (int q = 0; q < parts; q++) {
+        if (started[q]) pthread_join(th[q], NULL);
+        if (!used[q]) continue;
+        if (!tb[q].lib) {
+          failed = 1;
+          logf_(c, "  (a translation unit did not build: %.300s)\n", tb[q].src ? tb[q].why : "out of memory");
+        } else if (!LM_GROW(c->libs, c->libcap, c->nlibs + 1)) {
+          lm_cc_lib_close(tb[q].lib);
+          failed = 1;
+        } else c->libs[c->nlibs++] = lib[q] = tb[q].lib;
+        lm_free(tb[q].src);
+      }
+    }
+    if (failed && !per_job && nj > 1) {
       lm_free(pre);
       compile_jobs(c, jobs, nj, 1);
       return;
@@ -243,11 +310,14 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
         cand *d = &jobs[j].c[n];
         if (d->status != SK_CS_UNTESTED || d->fn) continue;
         snprintf(name, sizeof name, "sj%zu_%zu", j, n);
-        if (!lib || !(d->fn = sym_fn(c, lib, name, &d->k))) d->status = SK_CS_NOBUILD;
+        void *l = lib[d->part < parts ? d->part : 0];
+        if (!l || !(d->fn = sym_fn(c, l, name, &d->k))) d->status = SK_CS_NOBUILD;
       }
     lo = hi;
   }
   lm_free(pre);
+  c->cc_s += lm_search_now() - t0;
+  c->cc_n += (double)built;
 }
 
 /* ---------------------------------------------------------------- the default schedule */
@@ -520,7 +590,9 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
   j->generations = 1;
   /* keep the best by estimate and a few random others */
   if (j->nc > 1) qsort(j->c + 1, j->nc - 1, sizeof *j->c, cmp_est);
-  size_t keep = (size_t)(o->max_candidates > 0 ? o->max_candidates : 24), top = keep - keep / 3;
+  size_t keep = (size_t)(o->max_candidates > 0 ? o->max_candidates : 24);
+  if (c->keep_cap && keep > c->keep_cap) keep = c->keep_cap;
+  size_t top = keep - keep / 3;
   if (j->nc - 1 > keep) {
     /* on a device, the best few work-group mappings by estimate next (up to a sixth) */
     size_t at = 1 + top;
@@ -1057,6 +1129,11 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       }
       double left = c->deadline - lm_search_now();
       double eg = left / (double)(nj - hi + 1) / 4;
+      /* as many candidates as compiling them leaves time to time them: at most 40% of this
+       * kernel's share of what is left (a cold compile cache compiles at ~0.1 s a candidate) */
+      double per = c->cc_n > 0 ? c->cc_s / c->cc_n : 0;
+      size_t cap = per > 0 ? (size_t)(0.4 * left / (double)(nj - hi + 1) / per) : 24;
+      c->keep_cap = cap < 6 ? 6 : cap > 24 ? 0 : cap;
       eg = eg > 3.0 ? 3.0 : eg < 0.05 ? 0.05 : eg;
       logf_(c, "kernel %s (key %016llx, default schedule %.2f us):\n", plan->kernels[j->ki].name,
             (unsigned long long)j->key, 1e6 * j->c[0].time);
