@@ -861,7 +861,15 @@ static void emit_signature(rk *r, lm_sb *sb, const char *name) {
  * parameters (clang turns it into alias scopes when it inlines), not on the local pointers the
  * entry would otherwise declare: a 4x16 register tile of a 256^3 matmul read through restrict
  * locals stayed scalar with its accumulators on the stack (9.1 ms, one thread), and vectorised
- * in registers as a helper (0.47 ms). */
+ * in registers as a helper (0.47 ms). A kernel in SIMD lanes (compiler/lanes.c) keeps the plain
+ * form: its lane loops carry their own vectorisation pragma, and as a helper the fused CartPole
+ * rollout ran 17% slower (3.34e6 -> 2.77e6 steps/s, rlbench --only rollout). */
+static int has_lanes(const lm_kernel *k) {
+  for (size_t i = 0; i < k->nloops; i++)
+    if (k->loops[i].kind == LM_L_LANES) return 1;
+  return 0;
+}
+
 static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *body) {
   const lm_kernel *k = r->k;
   const lm_plan *p = r->p;
@@ -1000,7 +1008,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
 
   char name[48];
   lm_render_entry_name(k, name, sizeof name);
-  if (dia == LM_DIALECT_C) {
+  if (dia == LM_DIALECT_C && !has_lanes(k)) {
     emit_c_kernel(&r, out, name, &head, &body);
     goto rendered;
   }
