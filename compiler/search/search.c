@@ -289,7 +289,10 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
         if (used[q] && tb[q].src && !started[q]) tu_build_main(&tb[q]);
       for (int q = 0; q < parts; q++) {
         if (started[q]) pthread_join(th[q], NULL);
-        if (!used[q]) continue;
+        if (!used[q]) {
+          lm_free(tb[q].src);
+          continue;
+        }
         if (!tb[q].lib) {
           failed = 1;
           logf_(c, "  (a translation unit did not build: %.300s)\n", tb[q].src ? tb[q].why : "out of memory");
