@@ -142,8 +142,7 @@ static void pool_stop(lm_pool *p, int started) {
   for (int i = 0; i < started; i++) pthread_join(p->threads[i], NULL);
 }
 
-/* CPUs for workers 1..n-1: the process's allowed CPUs other than the creating thread's, in order;
- * all -1 (no pinning) off Linux, when fewer CPUs are allowed than threads, or with LUMEN_PIN=0. */
+/* Pins thread t to one CPU; 1 when it is. */
 static int pin(pthread_t t, int cpu) {
 #if defined(__linux__)
   cpu_set_t set;
@@ -179,17 +178,21 @@ static void unpile(lm_pool *p) {
 #endif
 }
 
-static void pin_plan(int n, int *cpus) {
+/* CPUs for workers 1..n-1 (p->allowed read already): the allowed CPUs other than the creating
+ * thread's, in order; all -1 (no pinning) off Linux, when fewer CPUs are allowed than threads, or
+ * with LUMEN_PIN=0. */
+static void pin_plan(const lm_pool *p, int n, int *cpus) {
   for (int i = 0; i < n; i++) cpus[i] = -1;
 #if defined(__linux__)
   const char *e = getenv("LUMEN_PIN");
-  cpu_set_t allowed;
-  if ((e && !strcmp(e, "0")) || sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < n) return;
+  if ((e && !strcmp(e, "0")) || CPU_COUNT(&p->allowed) < n) return;
   int self = sched_getcpu(), k = 1;
   for (int c = 0; c < CPU_SETSIZE && k < n; c++)
-    if (CPU_ISSET(c, &allowed) && c != self) cpus[k++] = c;
+    if (CPU_ISSET(c, &p->allowed) && c != self) cpus[k++] = c;
   if (k < n)
     for (int i = 0; i < n; i++) cpus[i] = -1;
+#else
+  (void)p;
 #endif
 }
 
@@ -235,10 +238,10 @@ lm_status lm_pool_new(int n_threads, lm_pool **out) {
     lm_free(p);
     return LM_ERR_NOMEM;
   }
-  pin_plan(n_threads, cpus);
 #if defined(__linux__)
   if (sched_getaffinity(0, sizeof p->allowed, &p->allowed) != 0) CPU_ZERO(&p->allowed);
 #endif
+  pin_plan(p, n_threads, cpus);
   for (; started < n_threads - 1; started++) {
     p->workers[started] = (worker){p, started + 1, cpus[started + 1]};
     rc = pthread_create(&p->threads[started], NULL, worker_main, &p->workers[started]);

@@ -873,17 +873,24 @@ static int has_lanes(const lm_kernel *k) {
 static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *body) {
   const lm_kernel *k = r->k;
   const lm_plan *p = r->p;
+  lm_sb args = {0}; /* the entry's arguments, in the order of the helper's parameters */
+  int any_buf = 0, any_sym = 0;
   lm_sb_printf(out, "LM_HELPER void %s_k(", name);
   for (size_t j = 0; j < k->nbufs; j++) {
     uint32_t b = k->bufs[j];
-    if (b < p->nbufs && (r->bufrd[b] || r->bufwr[b]))
-      lm_sb_printf(out, "%sfloat *restrict b%u, ", r->bufwr[b] ? "" : "const ", b);
+    if (b >= p->nbufs || !(r->bufrd[b] || r->bufwr[b])) continue;
+    lm_sb_printf(out, "%sfloat *restrict b%u, ", r->bufwr[b] ? "" : "const ", b);
+    lm_sb_printf(&args, "B[%u], ", b);
+    any_buf = 1;
   }
   for (size_t i = 0; i < r->x->nsyms; i++)
-    if (r->symuse[i]) lm_sb_printf(out, "const int64_t %s, ", r->symname[i]);
+    if (r->symuse[i]) {
+      lm_sb_printf(out, "const int64_t %s, ", r->symname[i]);
+      lm_sb_printf(&args, "S[%zu], ", i);
+      any_sym = 1;
+    }
   lm_sb_puts(out, "const uint64_t *restrict R, int64_t start, int64_t end) {\n");
   if (!r->use_r) lm_sb_puts(out, "  (void)R;\n");
-  if (k->npar == 0) lm_sb_puts(out, "  (void)start;\n  (void)end;\n");
   for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld];\n", i, (long long)k->locals[i]);
   if (head->s) lm_sb_puts(out, head->s);
   if (k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
@@ -891,14 +898,6 @@ static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head
   if (k->npar == 0) lm_sb_puts(out, "  }\n");
   lm_sb_puts(out, "}\n");
   emit_signature(r, out, name);
-  int any_buf = 0, any_sym = 0;
-  lm_sb args = {0};
-  for (size_t j = 0; j < k->nbufs; j++) {
-    uint32_t b = k->bufs[j];
-    if (b < p->nbufs && (r->bufrd[b] || r->bufwr[b])) lm_sb_printf(&args, "B[%u], ", b), any_buf = 1;
-  }
-  for (size_t i = 0; i < r->x->nsyms; i++)
-    if (r->symuse[i]) lm_sb_printf(&args, "S[%zu], ", i), any_sym = 1;
   if (!any_buf) lm_sb_puts(out, "  (void)B;\n");
   if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
   lm_sb_printf(out, "  %s_k(%sR, start, end);\n}\n", name, args.s ? args.s : "");

@@ -547,8 +547,8 @@ static lm_status check_all_bound(bctx *c) {
 
 /* Runs at every change of a program's bindings (a PPO update rebinds its minibatch offset at
  * every run): the walk names nothing, and only when it finds a problem does a second walk
- * build the labels for the message (formatting them for each of a few thousand nodes took
- * about 0.4 ms a run). */
+ * build the labels for the message (formatting them for the PPO update's 817 nodes made a
+ * check 281 us; it is 36 us without). */
 lm_status lm_graph_check_bindings(lm_graph_t *g, const int64_t *sym_values, const uint8_t *sym_bound) {
   if (!g) return lm_fail(LM_ERR_INVALID, "bindings: no graph");
   if (g->x.nsyms && (!sym_values || !sym_bound)) return lm_fail(LM_ERR_INVALID, "bindings: the graph has symbols but no values were given");

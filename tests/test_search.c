@@ -175,6 +175,15 @@ static void expect_close(const lm_plan *p, const bufs *got, const bufs *want, in
 
 /* ---------------------------------------------------------------- every candidate */
 
+/* Records h and returns 1 the first time it is seen (while there is room), else 0. */
+static int first_sight(uint64_t *seen, size_t *n, size_t cap, uint64_t h) {
+  for (size_t q = 0; q < *n; q++)
+    if (seen[q] == h) return 0;
+  if (*n >= cap) return 0;
+  seen[(*n)++] = h;
+  return 1;
+}
+
 /* Kernel ki of a lowered plan as a saturated e-graph (the search's kernel-stage limits) with the
  * greedy choice per class. */
 typedef struct saturated {
@@ -268,11 +277,7 @@ static size_t check_all_candidates_ex(lowered *l, const char *what, int genetic,
       lm_kernel k;
       if (sk_emit_kernel(&z.s, &t, t.root, &p->kernels[ki], &k) == LM_OK) {
         char *text = sk_kernel_text(p, &k);
-        uint64_t h = lm_hash_bytes(text, strlen(text), 0);
-        int dup = 0;
-        for (size_t q = 0; q < nseen && !dup; q++) dup = seen[q] == h;
-        if (!dup && nseen < LM_COUNTOF(seen)) {
-          seen[nseen++] = h;
+        if (first_sight(seen, &nseen, LM_COUNTOF(seen), lm_hash_bytes(text, strlen(text), 0))) {
           int rounding;
           sk_term_rules(&z.s, &t, &rounding);
           bufs_copy(&got, &in);
@@ -462,10 +467,7 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
           char *src = lm_render_kernel(l.p, &k[i], LM_DIALECT_CUDA);
           cr_assert(src, "a candidate does not render in CUDA: %s", lm_last_error());
           uint64_t h = lm_hash_bytes(src + strlen(k[i].name), strlen(src) - strlen(k[i].name), 0);
-          int dup = 0;
-          for (size_t q = 0; q < nseen && !dup; q++) dup = seen[q] == h;
-          if (!dup && nseen < LM_COUNTOF(seen)) {
-            seen[nseen++] = h;
+          if (first_sight(seen, &nseen, LM_COUNTOF(seen), h)) {
             int rounding;
             sk_term_rules(&z.s, &t, &rounding);
             bufs_copy(&got, &in);

@@ -22,6 +22,7 @@ typedef struct built {
   void **fns;
   int64_t *syms;
   sk_bench bench;
+  skb_shape *shapes; /* per kernel, as the backend precomputes its cuts */
   int have_bench;
 } built;
 
@@ -32,6 +33,7 @@ static void built_free(built *b) {
     if (b->fns[i]) b->dev->ops->entry_free(b->dev->ctx, b->fns[i]);
   if (b->module) b->dev->ops->module_free(b->dev->ctx, b->module);
   lm_free(b->fns);
+  lm_free(b->shapes);
   lm_free(b->syms);
   lm_compiled_free(&b->comp);
   memset(b, 0, sizeof *b);
@@ -68,12 +70,14 @@ static lm_status build_plan(built *b, lm_cc *cc, lm_pool *pool, uint64_t seed, c
   }
   st = skb_open(&b->bench, p, b->syms, pool, dev, seed);
   b->have_bench = st == LM_OK;
+  if (st == LM_OK && !(b->shapes = lm_calloc(p->nkernels + 1, sizeof *b->shapes))) st = LM_ERR_NOMEM;
+  for (size_t i = 0; st == LM_OK && i < p->nkernels; i++) b->shapes[i] = skb_shape_of(&b->bench, &p->kernels[i]);
   return st;
 }
 
 static void run_plan(built *b) {
   const lm_plan *p = b->comp.plan;
-  for (size_t i = 0; i < p->nkernels; i++) skb_launch(&b->bench, &p->kernels[i], b->fns[i]);
+  for (size_t i = 0; i < p->nkernels; i++) skb_launch_shaped(&b->bench, &p->kernels[i], b->fns[i], &b->shapes[i]);
   skb_sync(&b->bench);
 }
 

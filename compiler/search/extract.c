@@ -278,9 +278,6 @@ lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, u
   return extract(&b, root);
 }
 
-/* Classes worth drawing again: the parent took a node there and the class has another. Effect
- * classes and those holding a reduction (the schedule: loops, their kinds, reduction forms) come
- * first; plain value classes (commuted and reassociated arithmetic) are drawn a third of the time. */
 /* A split loop's neighbour in its class: the same loop split by twice or half the factor (a 4x8
  * register tile becomes 4x16 or 4x4), or NONE. A redrawn class takes this half the time: a good
  * tile's neighbours are likelier to be good than a random choice (the 256^3 matmul's best kind
@@ -302,6 +299,9 @@ static uint32_t factor_step(lm_sk *s, uint32_t c, uint32_t chosen, uint64_t *rng
   return LM_EG_NONE;
 }
 
+/* Classes worth drawing again: the parent took a node there and the class has another. Effect
+ * classes and those holding a reduction (the schedule: loops, their kinds, reduction forms) come
+ * first; plain value classes (commuted and reassociated arithmetic) are drawn a third of the time. */
 lm_status sk_mutate(lm_sk *s, uint32_t root, const uint32_t *best, const uint32_t *parent, int nredraw,
                     uint64_t *rng, uint32_t *genome, sk_term *out) {
   lm_egraph *g = s->eg;

@@ -152,30 +152,41 @@ static void dev_launch(sk_bench *b, const lm_kernel *k, void *fn, int64_t work) 
     if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf < b->nbufs) b->dev_new[k->stmts[i].buf] = 1;
 }
 
-void skb_launch(sk_bench *b, const lm_kernel *k, void *fnp) {
+skb_shape skb_shape_of(const sk_bench *b, const lm_kernel *k) {
   const lm_exprs *x = &b->plan->g->x;
-  int64_t n = k->npar ? lm_x_eval(x, k->loops[0].extent, NULL, b->syms) : 1, work = 1;
-  for (int l = 0; l < k->npar; l++) work *= lm_x_eval(x, k->loops[l].extent, NULL, b->syms);
+  skb_shape s = {k->npar ? lm_x_eval(x, k->loops[0].extent, NULL, b->syms) : 1, 1, {1, 1}};
+  for (int l = 0; l < k->npar; l++) s.work *= lm_x_eval(x, k->loops[l].extent, NULL, b->syms);
+  /* cut as the cpu backend cuts it (it used to be by the parallel domain's size alone, which
+   * left a 512-row matmul on one thread here and on two in the backend) */
+  if (!b->dev) s.cut = lm_cpu_cut_of(lm_kernel_fine(x, k), s.n, lm_kernel_cost(x, k, b->syms));
+  return s;
+}
+
+void skb_launch_shaped(sk_bench *b, const lm_kernel *k, void *fnp, const skb_shape *s) {
   if (b->dev) {
-    dev_launch(b, k, fnp, work);
+    dev_launch(b, k, fnp, s->work);
     return;
   }
   sk_kernel_fn fn;
   memcpy(&fn, &fnp, sizeof fn);
-  /* cut as the cpu backend cuts it (it used to be by the parallel domain's size alone, which
-   * left a 512-row matmul on one thread here and on two in the backend) */
-  lm_cpu_cut cut = lm_cpu_cut_of(lm_kernel_fine(x, k), n, lm_kernel_cost(x, k, b->syms));
   uint64_t rng[2] = {b->seed, 7};
-  launch l = {fn, b->bufs, b->syms, rng, cut.unit, n};
-  if (b->pool) lm_pool_run(b->pool, run_chunk, &l, (n + cut.unit - 1) / cut.unit, cut.min_chunks);
-  else run_chunk(&l, 0, (n + cut.unit - 1) / cut.unit);
+  launch l = {fn, b->bufs, b->syms, rng, s->cut.unit, s->n};
+  int64_t chunks = (s->n + s->cut.unit - 1) / s->cut.unit;
+  if (b->pool) lm_pool_run(b->pool, run_chunk, &l, chunks, s->cut.min_chunks);
+  else run_chunk(&l, 0, chunks);
+}
+
+void skb_launch(sk_bench *b, const lm_kernel *k, void *fn) {
+  skb_shape s = skb_shape_of(b, k);
+  skb_launch_shaped(b, k, fn, &s);
 }
 
 double skb_time(sk_bench *b, const lm_kernel *k, void *fn, double cutoff, double max_s) {
-  skb_launch(b, k, fn); /* warm up: caches, page faults, the pool's threads */
+  const skb_shape shape = skb_shape_of(b, k);
+  skb_launch_shaped(b, k, fn, &shape); /* warm up: caches, page faults, the pool's threads */
   skb_sync(b);
   double t0 = lm_search_now();
-  skb_launch(b, k, fn);
+  skb_launch_shaped(b, k, fn, &shape);
   skb_sync(b);
   double best = lm_search_now() - t0;
   if (best > cutoff) return best;
@@ -187,7 +198,7 @@ double skb_time(sk_bench *b, const lm_kernel *k, void *fn, double cutoff, double
   double start = lm_search_now();
   for (int rep = 0; rep < 200; rep++) {
     double a = lm_search_now();
-    for (long i = 0; i < batch; i++) skb_launch(b, k, fn);
+    for (long i = 0; i < batch; i++) skb_launch_shaped(b, k, fn, &shape);
     skb_sync(b);
     double per = (lm_search_now() - a) / (double)batch;
     if (per < best) best = per;

@@ -4,6 +4,7 @@
 #define LUMEN_SEARCH_IMPL_H
 
 #include "cc.h"
+#include "memplan.h"
 #include "pool.h"
 #include "search/search.h"
 #include "search/term.h"
@@ -70,6 +71,14 @@ void skb_pull(sk_bench *b, const uint8_t *w);
 /* One launch of a compiled kernel as its backend launches it: on the cpu, chunks of loop 0 on
  * the pool (fn is an sk_kernel_fn); on a device, fn is the backend's entry (asynchronous). */
 void skb_launch(sk_bench *b, const lm_kernel *k, void *fn);
+/* A kernel's launch under the bench's sizes: loop 0's extent, the parallel domain's work, and on
+ * the cpu the backend's cut (lm_cpu_cut_of). Computed once for a kernel launched many times. */
+typedef struct skb_shape {
+  int64_t n, work;
+  lm_cpu_cut cut;
+} skb_shape;
+skb_shape skb_shape_of(const sk_bench *b, const lm_kernel *k);
+void skb_launch_shaped(sk_bench *b, const lm_kernel *k, void *fn, const skb_shape *s);
 /* Waits for the device (nothing on the cpu). */
 void skb_sync(sk_bench *b);
 /* Minimum seconds per launch over several timed batches; stops early (returning what it has)
