@@ -206,6 +206,10 @@ lm_status lm_pool_new(int n_threads, lm_pool **out) {
     lm_status st = threads_from_env(&n_threads);
     if (st != LM_OK) return st;
   }
+  const char *pin_env = getenv("LUMEN_PIN");
+  if (pin_env && strcmp(pin_env, "0") && strcmp(pin_env, "1"))
+    return lm_fail(LM_ERR_INVALID, "LUMEN_PIN='%s' is not 0 (threads free) or 1 (pinned where there are enough CPUs)",
+                   pin_env);
   lm_pool *p = lm_calloc(1, sizeof *p);
   if (!p) return LM_ERR_NOMEM;
   p->size = n_threads;

@@ -239,6 +239,11 @@ Test(pool, bad_thread_counts_are_rejected_with_a_message) {
   cr_assert(strstr(lm_last_error(), "LUMEN_THREADS='two'"), "%s", lm_last_error());
   setenv("LUMEN_THREADS", "0", 1);
   cr_assert_eq(lm_pool_new(0, &p), LM_ERR_INVALID);
+  unsetenv("LUMEN_THREADS");
+  setenv("LUMEN_PIN", "yes", 1);
+  cr_assert_eq(lm_pool_new(2, &p), LM_ERR_INVALID);
+  cr_assert_null(p);
+  cr_assert(strstr(lm_last_error(), "LUMEN_PIN='yes'"), "%s", lm_last_error());
 }
 
 /* ---- where the workers run ------------------------------------------------------------------- */
