@@ -20,6 +20,7 @@
  * envs, the same values (rlbench envs, 1 thread: CartPole 8.7e7 -> 1.06e8 steps/s, mountaincar
  * 9.7e7 -> 1.38e8). Two envs per block (a two-value reset) measured slower this way: the
  * short drawing loop's dependent Philox rounds no longer overlap the step's arithmetic. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "loopir.h"
@@ -480,7 +481,8 @@ static int lanes_kernel(lm_plan *p, size_t ki, int L) {
   lm_expr blocks = lm_x_simplify(x, lm_x_div(x, lm_x_add(x, c.E, lm_x_const(x, L - 1)), Lx), NULL);
   if (lm_kernel_add_loop(n, -1, blocks, LM_L_PARALLEL) != 0) goto out;
   walk(&c, &k->loops[0].body, 0);
-  if (!c.ok || x->failed) goto out;
+  /* LUMEN_NO_LAZY: draw every lane's values (the same bits, for comparing; compiler/lazy.c) */
+  if (!c.ok || x->failed || (!getenv("LUMEN_NO_LAZY") && lm_lanes_lazy(n, x) < 0)) goto out;
   /* swap the kernel in */
   lm_kernel old = p->kernels[ki];
   p->kernels[ki] = *n;

@@ -55,6 +55,8 @@ typedef enum lm_loopkind {
   LM_L_SERIAL,   /* in order, e.g. a reduction */
   LM_L_LANES,    /* SIMD lanes (compiler/lanes.c): independent iterations of a short constant
                   * loop the C compiler must vectorise, not unroll */
+  LM_L_SPARSE,   /* the lanes i < extent whose element i of local array `mask` is not 0, in
+                  * order, one at a time (compiler/lazy.c): a value only those lanes use */
   LM_L_COUNT
 } lm_loopkind;
 
@@ -72,6 +74,7 @@ typedef struct lm_block {
 typedef struct lm_loop {
   lm_expr extent; /* over symbols only */
   uint8_t kind;   /* lm_loopkind */
+  uint32_t mask;  /* LM_L_SPARSE: the local array that selects its lanes */
   int32_t parent; /* -1 = root */
   lm_block body;
 } lm_loop;
@@ -146,6 +149,11 @@ lm_status lm_scan_fuse(const lm_plan *step, int sym_T, int reverse, const uint8_
  * iteration of its parallel loop, a loop over the lanes innermost around every straight-line
  * run of the step, per-env arrays lane-minor. Returns the kernels changed (0 when lanes < 2). */
 int lm_scan_lanes(lm_plan *p, int lanes);
+/* Lazy draws in a kernel in lane form (compiler/lazy.c): a per-lane value computed from RAND
+ * by + and * that the kernel uses only multiplied by a per-lane flag (and then + 0), as an
+ * env's auto-reset uses its fresh state, is computed only for the lanes whose flag is not 0,
+ * in an LM_L_SPARSE loop; bit-identical results. Returns how many values it made lazy. */
+int lm_lanes_lazy(lm_kernel *k, lm_exprs *x);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the
@@ -165,6 +173,8 @@ int32_t lm_kernel_add_loop_before(lm_kernel *k, int32_t parent, int32_t before, 
 /* Appends a statement to the block of `loop`, before the item that holds `before_loop`
  * (a child loop that is still open), or at the end when before_loop < 0. */
 uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);
+/* Inserts item it at position at of block b; 0 when memory ran out. */
+int lm_block_insert(lm_block *b, size_t at, lm_item it);
 int lm_kernel_use_buf(lm_kernel *k, uint32_t buf);
 int lm_loop_depth(const lm_kernel *k, int32_t loop);
 /* Does a STORE of the kernel write plan buffer buf? */

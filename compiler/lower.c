@@ -13,7 +13,7 @@
 
 /* ---------------------------------------------------------------- IR building blocks */
 
-static int block_insert(lm_block *b, size_t at, lm_item it) {
+int lm_block_insert(lm_block *b, size_t at, lm_item it) {
   if (!LM_GROW(b->items, b->cap, b->n + 1)) return 0;
   memmove(&b->items[at + 1], &b->items[at], (b->n - at) * sizeof *b->items);
   b->items[at] = it;
@@ -52,7 +52,7 @@ int32_t lm_kernel_add_loop(lm_kernel *k, int32_t parent, lm_expr extent, lm_loop
   int32_t id = (int32_t)k->nloops++;
   k->loops[id] = (lm_loop){.extent = extent, .kind = (uint8_t)kind, .parent = parent};
   lm_block *b = block_of(k, parent);
-  if (!block_insert(b, b->n, (lm_item){1, (uint32_t)id})) return -1;
+  if (!lm_block_insert(b, b->n, (lm_item){1, (uint32_t)id})) return -1;
   return id;
 }
 
@@ -60,7 +60,7 @@ int32_t lm_kernel_add_loop_before(lm_kernel *k, int32_t parent, int32_t before, 
   if (!LM_GROW(k->loops, k->loopcap, k->nloops + 1)) return -1;
   int32_t id = (int32_t)k->nloops++;
   k->loops[id] = (lm_loop){.extent = extent, .kind = (uint8_t)kind, .parent = parent};
-  if (!block_insert(block_of(k, parent), insert_pos(k, parent, before), (lm_item){1, (uint32_t)id})) return -1;
+  if (!lm_block_insert(block_of(k, parent), insert_pos(k, parent, before), (lm_item){1, (uint32_t)id})) return -1;
   return id;
 }
 
@@ -68,7 +68,7 @@ uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop)
   if (!LM_GROW(k->stmts, k->stmtcap, k->nstmts + 1)) return UINT32_MAX;
   uint32_t id = (uint32_t)k->nstmts++;
   k->stmts[id] = *s;
-  if (!block_insert(block_of(k, s->loop), insert_pos(k, s->loop, before_loop), (lm_item){0, id})) return UINT32_MAX;
+  if (!lm_block_insert(block_of(k, s->loop), insert_pos(k, s->loop, before_loop), (lm_item){0, id})) return UINT32_MAX;
   return id;
 }
 
@@ -659,9 +659,10 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
     lm_sb_printf(sb, "%*s", 2 * depth + 2, "");
     if (b->items[i].is_loop) {
       const lm_loop *l = &k->loops[b->items[i].id];
-      lm_sb_printf(sb, "%s i%u < ", l->kind == LM_L_PARALLEL ? "par" : l->kind == LM_L_LANES ? "lanes" : "for",
-                   b->items[i].id);
+      static const char *const kinds[LM_L_COUNT] = {"par", "for", "lanes", "sparse"};
+      lm_sb_printf(sb, "%s i%u < ", kinds[l->kind], b->items[i].id);
       lm_x_print(x, l->extent, sb, "i");
+      if (l->kind == LM_L_SPARSE) lm_sb_printf(sb, " where l%u", l->mask);
       lm_sb_puts(sb, ":\n");
       dump_block(p, k, &l->body, depth + 1, sb);
       continue;

@@ -42,7 +42,13 @@ static const char c_prelude[] =
     "/* fmodf(a, b) for |b| a power of two >= 1, exactly: a / b is exact, trunc(a / b) * b is a\n"
     " * float no larger than |a|, their difference is fmod's result (representable, so exact) and\n"
     " * keeps a's sign as fmod does (-0 included); inf and NaN give NaN. Unlike fmodf it vectorises. */\n"
-    "LM_HELPER float lm_fmod_p2(float a, float b) { return copysignf(a - truncf(a / b) * b, a); }\n";
+    "LM_HELPER float lm_fmod_p2(float a, float b) { return copysignf(a - truncf(a / b) * b, a); }\n"
+    "/* the lowest set bit of a nonzero mask: the next lane of a sparse loop (compiler/lazy.c) */\n"
+    "#if defined(__GNUC__)\n"
+    "#define lm_ctz64(m) ((int64_t)__builtin_ctzll(m))\n"
+    "#else\n"
+    "LM_HELPER int64_t lm_ctz64(uint64_t m) { int64_t i = 0; for (; !(m & 1); m >>= 1) i++; return i; }\n"
+    "#endif\n";
 
 static const char cuda_prelude[] =
     "/* lumen kernels: CUDA dialect (NVRTC; compile with --fmad=false) */\n"
@@ -755,6 +761,42 @@ static int has_work(const rk *r, int32_t loop) {
   return 0;
 }
 
+/* The lanes whose element of the mask array is not 0, in order. In C, a bit per lane (at most
+ * 64, compiler/lazy.c) and a loop over the set bits; elsewhere a test per lane. */
+static void emit_sparse(rk *r, lm_sb *sb, int32_t l, int ind) {
+  const lm_loop *lp = &r->k->loops[l];
+  const char *I = r->d->i64;
+  indent(sb, ind);
+  if (r->dia != LM_DIALECT_C) {
+    lm_sb_printf(sb, "for (%s i%d = 0; i%d < ", I, l, l);
+    print_x(r, sb, lp->extent, 2, 0);
+    lm_sb_printf(sb, "; i%d++) {\n", l);
+    indent(sb, ind + 1);
+    lm_sb_printf(sb, "if (l%u[i%d] == 0.0f) continue;\n", lp->mask, l);
+  } else {
+    lm_sb_printf(sb, "{\n");
+    indent(sb, ind + 1);
+    lm_sb_printf(sb, "uint64_t m%d = 0;\n", l);
+    indent(sb, ind + 1);
+    lm_sb_printf(sb, "for (int64_t i%d = 0; i%d < ", l, l);
+    print_x(r, sb, lp->extent, 2, 0);
+    lm_sb_printf(sb, "; i%d++) m%d |= (uint64_t)(l%u[i%d] != 0.0f) << i%d;\n", l, l, lp->mask, l, l);
+    indent(sb, ind + 1);
+    lm_sb_printf(sb, "for (; m%d; m%d &= m%d - 1) {\n", l, l, l);
+    indent(sb, ind + 2);
+    lm_sb_printf(sb, "const int64_t i%d = lm_ctz64(m%d);\n", l, l);
+    emit_block(r, sb, l, ind + 2);
+    indent(sb, ind + 1);
+    lm_sb_puts(sb, "}\n");
+    indent(sb, ind);
+    lm_sb_puts(sb, "}\n");
+    return;
+  }
+  emit_block(r, sb, l, ind + 1);
+  indent(sb, ind);
+  lm_sb_puts(sb, "}\n");
+}
+
 static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
   const lm_kernel *k = r->k;
   if (!has_work(r, l)) return;
@@ -771,6 +813,10 @@ static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
   if (k->loops[l].kind == LM_L_LANES && r->dia == LM_DIALECT_C) {
     indent(sb, ind);
     lm_sb_puts(sb, "LM_LANES\n");
+  }
+  if (k->loops[l].kind == LM_L_SPARSE) {
+    emit_sparse(r, sb, l, ind);
+    return;
   }
   indent(sb, ind);
   if (l == 0 && k->npar > 0) lm_sb_printf(sb, "for (%s i0 = start; i0 < end; i0++) {\n", r->d->i64);

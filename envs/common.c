@@ -31,10 +31,13 @@ lm_tensor lm_env_stack(const lm_tensor *cols, int n) {
   return acc;
 }
 
+/* c*a + 0 is +0 wherever c is 0, whatever finite value a has (c*a alone is -0 for a < 0): so a
+ * kernel may leave a uncomputed where c is 0 and give the same bits (compiler/lazy.c: the
+ * auto-reset's fresh state is drawn only for the envs whose episode ended). */
 lm_tensor lm_env_select(lm_tensor c, lm_tensor a, lm_tensor b) {
   if (!lm_tensor_ok(c)) return invalid;
   lm_tensor notc = lm_add(lm_neg(c), lm_const(c.g, 1.0f));
-  return lm_add(lm_mul(c, a), lm_mul(notc, b));
+  return lm_add(lm_add(lm_mul(c, a), lm_const(c.g, 0.0f)), lm_mul(notc, b));
 }
 
 lm_tensor lm_env_reset_uniform(lm_graph_t *g, lm_dim n_envs, int size, const float *low, const float *high) {

@@ -18,6 +18,8 @@
  *   and reward per step within STATS_RTOL (float32 graph vs double reference: the runs share resets and actions, so
  *   they only part where float32 rounding flips a termination);
  * - the whole CartPole step with random actions, time limit and auto-reset is one kernel on cpu;
+ * - on cpu every env's auto-reset draws its fresh state only where an episode ended (a sparse
+ *   lane loop, compiler/lazy.c), with the same bits as drawing it for every env;
  * - action clipping, observation bounds, draw lists, the registry, and the CLI via the built
  *   binary (malformed files fail with their line number). */
 #include <criterion/criterion.h>
@@ -568,6 +570,76 @@ Test(kernels, cartpole_step_with_random_actions_time_limit_and_auto_reset_is_one
   lm_program_free(p);
   lm_backend_free(b);
   lm_graph_free(g);
+}
+
+/* ================================================================ lazy reset draws (cpu) */
+
+/* Every env's step with random actions and auto-reset as a scan of T steps on cpu, its kernels
+ * dumped to directory `dump`, with lazy draws or (LUMEN_NO_LAZY) without: the carried state, t
+ * and episode counters after it, and every per-step output, in one array. */
+enum { LZ_N = 67, LZ_T = 260 }; /* two whole blocks of 32 lanes and a partial one; past 200 steps */
+
+static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, size_t *count) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_vec_step vs;
+  OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));
+  lm_tensor cnt = lm_input(g, "ep.count", LM_ROLE_STATE, 1, &N);
+  OK(lm_assign(cnt, lm_add(cnt, lm_maximum(vs.terminated, vs.truncated))));
+  OK(lm_output(vs.obs, "obs"));
+  OK(lm_output(vs.final_obs, "final_obs"));
+  OK(lm_output(vs.reward, "reward"));
+  OK(lm_output(vs.terminated, "terminated"));
+  lm_backend_t *b;
+  lm_program_t *p = check_cpu_scan(g, dump, lazy, &b);
+  OK(lm_program_bind(p, "N", LZ_N));
+  OK(lm_program_bind(p, "T", LZ_T));
+  size_t S = (size_t)e->state_size, O = (size_t)e->obs_size, TN = (size_t)LZ_T * LZ_N;
+  float *s0 = floats(LZ_N * S);
+  for (uint64_t i = 0; i < LZ_N; i++) e->ref_reset(s0 + i * S, 5, i, INIT_RUN);
+  OK(lm_program_write(p, "state", s0, LZ_N * S));
+  lm_program_set_seed(p, 5);
+  OK(lm_program_run(p));
+  const struct { const char *name; size_t n; } parts[] = {
+      {"state", LZ_N * S}, {"t", LZ_N}, {"ep.count", LZ_N}, {"obs", TN * O},
+      {"final_obs", TN * O}, {"reward", TN}, {"terminated", TN}};
+  size_t total = 0;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += parts[i].n;
+  float *all = floats(total), *at = all;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++, at += parts[i - 1].n)
+    OK(lm_program_read(p, parts[i].name, at, parts[i].n));
+  *count = total;
+  free(s0);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return all;
+}
+
+/* On cpu the fresh state of every env's auto-reset is drawn in a sparse lane loop, only for
+ * the envs whose episode ended, and every value is the same bits as when every env draws it
+ * (LUMEN_NO_LAZY), sign of zero included: the carried state, t, the episode counts and each
+ * step's outputs. (ref's sin and exp differ from the vector library's in the last bits, so
+ * cpu is compared with itself here; test_envs' statistics and goldens compare it with ref.) */
+Test(lazy, every_env_draws_its_resets_only_where_episodes_end_with_the_same_bits) {
+  for (int i = 0; i < lm_env_count(); i++) {
+    const lm_env_spec *e = lm_env_at(i);
+    char dl[] = "/tmp/lumen-lazy-XXXXXX", de[] = "/tmp/lumen-eager-XXXXXX";
+    cr_assert(mkdtemp(dl) && mkdtemp(de));
+    size_t nl, ne;
+    float *lazy = lazy_run(e, 1, dl, &nl), *eager = lazy_run(e, 0, de, &ne);
+    cr_assert_eq(nl, ne);
+    size_t bad = 0, first = 0;
+    for (size_t j = 0; j < nl; j++)
+      if (memcmp(&lazy[j], &eager[j], sizeof *lazy) && !bad++) first = j;
+    cr_assert_eq(bad, 0, "%s: %zu of %zu values differ in their bits, the first at %zu (%a vs %a)", e->name, bad, nl,
+                 first, (double)lazy[first], (double)eager[first]);
+    int sl = check_dump_lines(dl, "^ *sparse i"), se = check_dump_lines(de, "^ *sparse i");
+    cr_assert(sl >= 1, "%s: the cpu scan kernel has %d sparse loops", e->name, sl);
+    cr_assert_eq(se, 0, "%s: LUMEN_NO_LAZY left %d sparse loops", e->name, se);
+    free(lazy);
+    free(eager);
+  }
 }
 
 /* ================================================================ action clipping */

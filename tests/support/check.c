@@ -1,8 +1,11 @@
 /* tests/support/check.c — the shared test helpers of check.h. */
+#define _POSIX_C_SOURCE 200809L /* popen, setenv */
 #include "support/check.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 check_rng check_rng_new(uint64_t seed) { return (check_rng){seed}; }
 
@@ -34,6 +37,28 @@ void check_fill_index(check_rng *r, float *dst, size_t count, int n) {
 
 void check_poison(float *dst, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = NAN;
+}
+
+lm_program_t *check_cpu_scan(lm_graph_t *g, const char *dir, int lazy, lm_backend_t **b) {
+  setenv("LUMEN_DUMP", dir, 1);
+  if (!lazy) setenv("LUMEN_NO_LAZY", "1", 1);
+  *b = lm_backend_new("cpu");
+  lm_program_t *p = *b ? lm_program_new_scan(*b, g, "T", 0, NULL, 0) : NULL;
+  unsetenv("LUMEN_DUMP");
+  unsetenv("LUMEN_NO_LAZY");
+  cr_assert(p, "the cpu scan program: %s", lm_last_error());
+  return p;
+}
+
+int check_dump_lines(const char *dir, const char *re) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c '%s'; rm -rf %s", dir, re, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f, "popen(%s)", cmd);
+  int n = -1;
+  cr_assert_eq(fscanf(f, "%d", &n), 1, "%s printed no count", cmd);
+  pclose(f);
+  return n;
 }
 
 static int matches(float got, double want, double rtol, double atol) {

@@ -36,6 +36,13 @@ void check_close(const char *what, const float *got, const double *want, size_t 
 /* Every got[i] is finite. */
 void check_finite(const char *what, const float *got, size_t n);
 
+/* Lines of the cpu kernels dumped into dir (LUMEN_DUMP) that match the basic regular
+ * expression re (their loop IR included), counted with grep; removes dir. */
+int check_dump_lines(const char *dir, const char *re);
+/* g as a scan program over symbol T (no per-step inputs) on a new cpu backend (*b), its
+ * kernels dumped into dir, with lazy draws (compiler/lazy.c) or without (LUMEN_NO_LAZY). */
+lm_program_t *check_cpu_scan(lm_graph_t *g, const char *dir, int lazy, lm_backend_t **b);
+
 /* ---- programs ---- */
 typedef struct check_sym {
   const char *name;
