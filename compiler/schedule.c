@@ -333,15 +333,103 @@ static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n, in
   return c.ok && !x->failed;
 }
 
+/* A kernel whose outer parallel loop has a constant extent E, a multiple of SPLIT (E >= 2 SPLIT),
+ * and whose other parallel loops (if any) have extent 1, as two parallel loops E/SPLIT x SPLIT,
+ * the loops of extent 1 dropped: the inner one can then move inside the reductions. A sum over a
+ * strided axis per output (a bias gradient: par j < 64: for i < M: a += dy[i*64 + j]) has one
+ * parallel loop, which interchange() keeps for the threads, and then runs as one dependent
+ * chain of additions per output (PPO update, 64 outputs, M = 512: 14 us; as 8 chains side by
+ * side in a vector: 2 us). Each output sums in the same order: the same bits. */
+enum { SPLIT = 8 };
+
+/* Appends the items of old block b to new block d, with the items of dropped loops spliced in. */
+static int split_items(const lm_kernel *k, const lm_block *b, const int32_t *newid, const uint8_t *dropped, lm_block *d) {
+  for (size_t i = 0; i < b->n; i++) {
+    lm_item it = b->items[i];
+    if (it.is_loop && dropped[it.id]) {
+      if (!split_items(k, &k->loops[it.id].body, newid, dropped, d)) return 0;
+      continue;
+    }
+    if (it.is_loop) it.id = (uint32_t)newid[it.id];
+    if (!lm_block_insert(d, d->n, it)) return 0;
+  }
+  return 1;
+}
+
+static int split_par(const lm_kernel *k, lm_exprs *x, lm_kernel *n) {
+  memset(n, 0, sizeof *n);
+  const lm_xnode *e = k->nloops ? lm_x_node(x, k->loops[0].extent) : NULL;
+  if (k->fixed || k->group || k->nshared || k->root.n != 1 || !k->root.items[0].is_loop || k->root.items[0].id ||
+      !e || e->op != LM_X_CONST || e->v % SPLIT || e->v < 2 * SPLIT || k->nloops >= 64)
+    return 0;
+  uint8_t dropped[64] = {0};
+  int32_t newid[64];
+  lm_expr map[64] = {0};
+  for (int j = 1; j < k->npar; j++) {
+    if (!lm_x_is_const(x, k->loops[j].extent, 1) || k->loops[j].parent != j - 1) return 0;
+    dropped[j] = 1;
+    map[j] = lm_x_const(x, 0);
+  }
+  map[0] = lm_x_add(x, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, SPLIT)), lm_x_var(x, 1));
+  int32_t next = 1;
+  for (size_t j = 0; j < k->nloops; j++) {
+    if (dropped[j]) continue;
+    newid[j] = next++;
+    if (j) map[j] = lm_x_var(x, newid[j]);
+  }
+  for (size_t j = 1; j < k->nloops; j++)
+    if (dropped[j]) newid[j] = newid[k->loops[j].parent]; /* its parent is never dropped after it */
+  memcpy(n->name, k->name, sizeof n->name);
+  n->anchor = k->anchor;
+  n->npar = 2;
+  int ok = lm_kernel_add_loop(n, -1, lm_x_const(x, e->v / SPLIT), LM_L_PARALLEL) == 0 &&
+           LM_GROW(n->loops, n->loopcap, (size_t)next);
+  for (size_t j = 0; j < k->nloops && ok; j++) { /* the kept loops, in their old order */
+    const lm_loop *l = &k->loops[j];
+    if (dropped[j]) continue;
+    lm_loop *m = &n->loops[n->nloops++];
+    *m = (lm_loop){.extent = j ? l->extent : lm_x_const(x, SPLIT), .kind = l->kind,
+                   .parent = j ? newid[l->parent] : 0, .mask = l->mask};
+    ok = split_items(k, &l->body, newid, dropped, &m->body);
+  }
+  ok = ok && lm_block_insert(&n->loops[0].body, 0, (lm_item){1, 1});
+  ok = ok && LM_GROW(n->stmts, n->stmtcap, k->nstmts) && LM_GROW(n->bufs, n->bufcap, k->nbufs) &&
+       LM_GROW(n->locals, n->localcap, k->nlocals);
+  for (size_t i = 0; i < k->nstmts && ok; i++) {
+    lm_stmt s = k->stmts[i];
+    s.loop = newid[s.loop];
+    s.idx = s.idx ? lm_x_simplify(x, lm_x_subst(x, s.idx, map, (int)k->nloops), NULL) : 0;
+    s.valid = s.valid ? lm_x_simplify(x, lm_x_subst(x, s.valid, map, (int)k->nloops), NULL) : 0;
+    s.step = s.step ? lm_x_simplify(x, lm_x_subst(x, s.step, map, (int)k->nloops), NULL) : 0;
+    n->stmts[n->nstmts++] = s;
+  }
+  if (ok) {
+    if (k->nbufs) memcpy(n->bufs, k->bufs, k->nbufs * sizeof *k->bufs);
+    n->nbufs = k->nbufs;
+    if (k->nlocals) memcpy(n->locals, k->locals, k->nlocals * sizeof *k->locals);
+    n->nlocals = k->nlocals;
+  }
+  if (!ok || x->failed) lm_kernel_free(n);
+  return ok && !x->failed;
+}
+
 int lm_schedule_interchange(lm_plan *plan, int stage) {
   int changed = 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
-    lm_kernel n;
-    if (interchange(plan, &plan->kernels[i], &n, stage)) {
-      lm_kernel_free(&plan->kernels[i]);
-      plan->kernels[i] = n;
-      changed++;
-    } else if (n.loops || n.stmts) lm_kernel_free(&n);
+    lm_kernel n, s;
+    if (!interchange(plan, &plan->kernels[i], &n, stage)) {
+      if (n.loops || n.stmts) lm_kernel_free(&n);
+      if (!split_par(&plan->kernels[i], &plan->g->x, &s)) continue;
+      int done = interchange(plan, &s, &n, stage);
+      lm_kernel_free(&s);
+      if (!done) {
+        if (n.loops || n.stmts) lm_kernel_free(&n);
+        continue;
+      }
+    }
+    lm_kernel_free(&plan->kernels[i]);
+    plan->kernels[i] = n;
+    changed++;
   }
   return changed;
 }

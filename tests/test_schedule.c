@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile.h"
 #include "loopir.h"
 #include "lumen/lumen.h"
 #include "memplan.h"
@@ -302,6 +303,66 @@ Test(schedule, matmul_bias_kernel_loads_the_bias_outside_the_reduction_loop) {
   cr_assert(weight_in_for, "the weight load must be inside the reduction loop:\n%s", l.text);
   lowered_free(&l);
   run_both(g, 19, (feed[]){{"x", -1, 1}, {"W", -1, 1}, {"b", -1, 1}}, 3, (const char *[]){"y"}, 1);
+  lm_graph_free(g);
+}
+
+/* A sum over the batch per output (a bias gradient: [N, 64] -> [64]) and the value head's
+ * weight gradient (x^T dy: [N, 64] x [N, 1] -> [64, 1], with a parallel loop of extent 1) have
+ * one parallel loop of 64 outputs: the cpu schedule splits it 8 x 8 and moves the inner 8 inside
+ * the reduction (compiler/schedule.c, split_par), so eight sums run side by side in a vector.
+ * Each output still adds its terms in batch order: cpu gives ref's bits. */
+Test(schedule, sums_over_the_batch_run_eight_outputs_side_by_side_with_refs_bits) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor dy = lm_input(g, "dy", LM_ROLE_DATA, 2, (lm_dim[]){N, 64});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 64});
+  lm_tensor d1 = lm_input(g, "d1", LM_ROLE_DATA, 2, (lm_dim[]){N, 1});
+  OK(lm_output(lm_sum(dy, 0, 0), "b"));
+  OK(lm_output(lm_matmul(lm_transpose(x, 0, 1), d1), "w"));
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  for (size_t k = 0; k < comp.plan->nkernels; k++) {
+    const lm_kernel *kn = &comp.plan->kernels[k];
+    const lm_xnode *e = lm_x_node(&comp.g->x, kn->loops[0].extent);
+    cr_assert(kn->npar == 1 && e->op == LM_X_CONST && e->v == 8 && kn->nlocals >= 1 && kn->locals[0] == 8,
+              "kernel %s: %d parallel loops, the first of extent %lld, %zu local arrays", kn->name, kn->npar,
+              (long long)e->v, kn->nlocals);
+  }
+  lm_compiled_free(&comp);
+  const int64_t n = 517;
+  lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
+  cr_assert(bc && br, "%s", lm_last_error());
+  lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
+  cr_assert(pc && pr, "%s", lm_last_error());
+  check_rng r = check_rng_new(41);
+  const struct { const char *name; size_t count; } in[] = {{"dy", n * 64}, {"x", n * 64}, {"d1", n}};
+  for (size_t i = 0; i < 3; i++) {
+    float *v = malloc(in[i].count * sizeof *v);
+    cr_assert(v);
+    check_fill(&r, v, in[i].count, -1, 1, 0.01);
+    for (int b = 0; b < 2; b++) {
+      lm_program_t *p = b ? pr : pc;
+      OK(lm_program_bind(p, "N", n));
+      OK(lm_program_write(p, in[i].name, v, in[i].count));
+    }
+    free(v);
+  }
+  OK(lm_program_run(pc));
+  OK(lm_program_run(pr));
+  float got[64], want[64];
+  for (int o = 0; o < 2; o++) {
+    const char *name = o ? "w" : "b";
+    OK(lm_program_read(pc, name, got, 64));
+    OK(lm_program_read(pr, name, want, 64));
+    for (int i = 0; i < 64; i++)
+      cr_assert(!memcmp(&got[i], &want[i], sizeof got[i]), "%s[%d] = %a on cpu, %a on ref", name, i, (double)got[i],
+                (double)want[i]);
+  }
+  lm_program_free(pc);
+  lm_program_free(pr);
+  lm_backend_free(bc);
+  lm_backend_free(br);
   lm_graph_free(g);
 }
 
