@@ -362,6 +362,7 @@ static int split_par(const lm_kernel *k, lm_exprs *x, lm_kernel *n) {
   if (k->fixed || k->group || k->nshared || k->root.n != 1 || !k->root.items[0].is_loop || k->root.items[0].id ||
       !e || e->op != LM_X_CONST || e->v % SPLIT || e->v < 2 * SPLIT || k->nloops >= 64)
     return 0;
+  const int64_t E = e->v; /* (building expressions may move the nodes) */
   uint8_t dropped[64] = {0};
   int32_t newid[64];
   lm_expr map[64] = {0};
@@ -382,7 +383,7 @@ static int split_par(const lm_kernel *k, lm_exprs *x, lm_kernel *n) {
   memcpy(n->name, k->name, sizeof n->name);
   n->anchor = k->anchor;
   n->npar = 2;
-  int ok = lm_kernel_add_loop(n, -1, lm_x_const(x, e->v / SPLIT), LM_L_PARALLEL) == 0 &&
+  int ok = lm_kernel_add_loop(n, -1, lm_x_const(x, E / SPLIT), LM_L_PARALLEL) == 0 &&
            LM_GROW(n->loops, n->loopcap, (size_t)next);
   for (size_t j = 0; j < k->nloops && ok; j++) { /* the kept loops, in their old order */
     const lm_loop *l = &k->loops[j];
