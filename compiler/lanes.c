@@ -482,7 +482,8 @@ static int lanes_kernel(lm_plan *p, size_t ki, int L) {
   if (lm_kernel_add_loop(n, -1, blocks, LM_L_PARALLEL) != 0) goto out;
   walk(&c, &k->loops[0].body, 0);
   /* LUMEN_NO_LAZY: draw every lane's values (the same bits, for comparing; compiler/lazy.c) */
-  if (!c.ok || x->failed || (!getenv("LUMEN_NO_LAZY") && lm_lanes_lazy(n, x) < 0)) goto out;
+  if (!c.ok || x->failed || (!getenv("LUMEN_NO_LAZY") && lm_lanes_lazy(n, x) < 0) || lm_lanes_inplace(n, x) < 0)
+    goto out;
   /* swap the kernel in */
   lm_kernel old = p->kernels[ki];
   p->kernels[ki] = *n;

@@ -154,6 +154,10 @@ int lm_scan_lanes(lm_plan *p, int lanes);
  * env's auto-reset uses its fresh state, is computed only for the lanes whose flag is not 0,
  * in an LM_L_SPARSE loop; bit-identical results. Returns how many values it made lazy. */
 int lm_lanes_lazy(lm_kernel *k, lm_exprs *x);
+/* The end-of-step copies of a kernel in lane form's carried state dropped where the step can
+ * store the new state in place (compiler/inplace.c); bit-identical. Returns how many, -1 when
+ * memory ran out. */
+int lm_lanes_inplace(lm_kernel *k, lm_exprs *x);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the

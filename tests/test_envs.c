@@ -575,23 +575,25 @@ Test(kernels, cartpole_step_with_random_actions_time_limit_and_auto_reset_is_one
 /* ================================================================ lazy reset draws (cpu) */
 
 /* Every env's step with random actions and auto-reset as a scan of T steps on cpu, its kernels
- * dumped to directory `dump`, with lazy draws or (LUMEN_NO_LAZY) without: the carried state, t
- * and episode counters after it, and every per-step output, in one array. */
+ * dumped to directory `dump`, with lazy draws or (LUMEN_NO_LAZY) without (or on ref when dump is
+ * NULL): the carried state, t and episode counters after it, and every per-step output (obs and
+ * final_obs too when obs), in one array. */
 enum { LZ_N = 67, LZ_T = 260 }; /* two whole blocks of 32 lanes and a partial one; past 200 steps */
 
-static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, size_t *count) {
+static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, int obs, size_t *count) {
   lm_graph_t *g = lm_graph_new();
   lm_dim N = lm_sym(g, "N");
   lm_vec_step vs;
   OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));
   lm_tensor cnt = lm_input(g, "ep.count", LM_ROLE_STATE, 1, &N);
   OK(lm_assign(cnt, lm_add(cnt, lm_maximum(vs.terminated, vs.truncated))));
-  OK(lm_output(vs.obs, "obs"));
-  OK(lm_output(vs.final_obs, "final_obs"));
+  if (obs) OK(lm_output(vs.obs, "obs"));
+  if (obs) OK(lm_output(vs.final_obs, "final_obs"));
   OK(lm_output(vs.reward, "reward"));
   OK(lm_output(vs.terminated, "terminated"));
-  lm_backend_t *b;
-  lm_program_t *p = check_cpu_scan(g, dump, lazy, &b);
+  lm_backend_t *b = dump ? NULL : open_backend("ref");
+  lm_program_t *p = dump ? check_cpu_scan(g, dump, lazy, &b) : lm_program_new_scan(b, g, "T", 0, NULL, 0);
+  cr_assert(p, "%s", lm_last_error());
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T));
   size_t S = (size_t)e->state_size, O = (size_t)e->obs_size, TN = (size_t)LZ_T * LZ_N;
@@ -601,13 +603,13 @@ static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, size_t 
   lm_program_set_seed(p, 5);
   OK(lm_program_run(p));
   const struct { const char *name; size_t n; } parts[] = {
-      {"state", LZ_N * S}, {"t", LZ_N}, {"ep.count", LZ_N}, {"obs", TN * O},
-      {"final_obs", TN * O}, {"reward", TN}, {"terminated", TN}};
+      {"state", LZ_N * S}, {"t", LZ_N}, {"ep.count", LZ_N}, {"reward", TN}, {"terminated", TN},
+      {"obs", obs ? TN * O : 0}, {"final_obs", obs ? TN * O : 0}};
   size_t total = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += parts[i].n;
   float *all = floats(total), *at = all;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++, at += parts[i - 1].n)
-    OK(lm_program_read(p, parts[i].name, at, parts[i].n));
+    if (parts[i].n) OK(lm_program_read(p, parts[i].name, at, parts[i].n));
   *count = total;
   free(s0);
   lm_program_free(p);
@@ -627,7 +629,7 @@ Test(lazy, every_env_draws_its_resets_only_where_episodes_end_with_the_same_bits
     char dl[] = "/tmp/lumen-lazy-XXXXXX", de[] = "/tmp/lumen-eager-XXXXXX";
     cr_assert(mkdtemp(dl) && mkdtemp(de));
     size_t nl, ne;
-    float *lazy = lazy_run(e, 1, dl, &nl), *eager = lazy_run(e, 0, de, &ne);
+    float *lazy = lazy_run(e, 1, dl, 1, &nl), *eager = lazy_run(e, 0, de, 1, &ne);
     cr_assert_eq(nl, ne);
     size_t bad = 0, first = 0;
     for (size_t j = 0; j < nl; j++)
@@ -640,6 +642,51 @@ Test(lazy, every_env_draws_its_resets_only_where_episodes_end_with_the_same_bits
     free(lazy);
     free(eager);
   }
+}
+
+/* compiler/inplace.c: the lane kernel stores each step's new carried state into the carry
+ * itself, not into a local array copied onto the carry at the end of the step (in the dumped
+ * loop IR, a local load followed by a store of it into another local array), and the values
+ * are ref's bits: the example env's step (state, t and an episode counter carried, as rlbench's
+ * env-only scan; lazy reset draws too), whose only transcendental is sqrt. */
+static int copies_in_dump(const char *dir) {
+  char cmd[128], line[512], loaded[32] = "";
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c; rm -rf %s", dir, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f);
+  int copies = 0, ir = 0, lines = 0;
+  while (fgets(line, sizeof line, f)) {
+    ir |= strstr(line, "loop IR") != NULL;
+    char v[32], arr[32], src[32];
+    const char *eq = strrchr(line, '=');
+    if (ir && loaded[0] && sscanf(line, " %31s = store l%31[0-9][", v, arr) == 2 && eq &&
+        sscanf(eq, "= %31s", src) == 1 && !strcmp(src, loaded))
+      copies++;
+    loaded[0] = 0;
+    if (ir && sscanf(line, " %31s = load l%31[0-9][", v, arr) == 2) strcpy(loaded, v);
+    lines += ir;
+  }
+  pclose(f);
+  cr_assert(lines > 20, "no loop IR in the dumped kernels");
+  return copies;
+}
+
+Test(lazy, the_lane_kernel_stores_the_new_carried_state_in_place_with_refs_bits) {
+  const lm_env_spec *e = env_named("pointmass"); /* sqrt alone: the vector library's bits are libm's */
+  char dir[] = "/tmp/lumen-inplace-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  size_t nc, nr;
+  float *cpu = lazy_run(e, 1, dir, 0, &nc), *ref = lazy_run(e, 1, NULL, 0, &nr);
+  cr_assert_eq(nc, nr);
+  size_t bad = 0, first = 0;
+  for (size_t j = 0; j < nc; j++)
+    if (memcmp(&cpu[j], &ref[j], sizeof *cpu) && !bad++) first = j;
+  cr_assert_eq(bad, 0, "%zu of %zu values differ from ref's bits, the first at %zu (%a vs %a)", bad, nc, first,
+               (double)cpu[first], (double)ref[first]);
+  int copies = copies_in_dump(dir);
+  cr_assert_eq(copies, 0, "%d end-of-step copies left in the lane kernel", copies);
+  free(cpu);
+  free(ref);
 }
 
 /* ================================================================ action clipping */

@@ -635,7 +635,7 @@ Test(scan, jammed_matvec_lanes_give_refs_bits) {
     size_t sn = (size_t)n * 16, tn = (size_t)T * sn;
     check_rng r = check_rng_new(77 + (uint64_t)n);
     float *h0 = rand_floats(&r, sn, -1, 1), *xs = rand_floats(&r, tn, -1, 1), *ws = rand_floats(&r, 256, -0.5, 0.5);
-    float *out[3];
+    float *out[3], *hs[3];
     static const char *const be[3] = {"ref", "cpu", "cpu"};
     for (int i = 0; i < 3; i++) {
       if (i == 2) setenv("LUMEN_SCAN_LANES", "1", 1);
@@ -650,6 +650,7 @@ Test(scan, jammed_matvec_lanes_give_refs_bits) {
       put(p, "W", ws, 256);
       OK(lm_program_run(p));
       out[i] = get(p, "y", tn);
+      hs[i] = get(p, "h", sn);
       lm_program_free(p);
       lm_backend_free(b);
     }
@@ -658,7 +659,9 @@ Test(scan, jammed_matvec_lanes_give_refs_bits) {
     expect_bits(what, out[1], out[0], tn);
     snprintf(what, sizeof what, "N=%lld: cpu one env at a time vs ref", (long long)n);
     expect_bits(what, out[2], out[0], tn);
-    for (int i = 0; i < 3; i++) free(out[i]);
+    snprintf(what, sizeof what, "N=%lld: carried h, cpu lanes vs ref", (long long)n);
+    expect_bits(what, hs[1], hs[0], sn);
+    for (int i = 0; i < 3; i++) free(out[i]), free(hs[i]);
     free(h0);
     free(xs);
     free(ws);
