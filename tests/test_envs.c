@@ -618,6 +618,15 @@ static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, int obs
   return all;
 }
 
+/* got and want hold the same bits (sign of zero included, NaN payloads too). */
+static void same_bits(const char *what, const float *got, const float *want, size_t n) {
+  size_t bad = 0, first = 0;
+  for (size_t j = 0; j < n; j++)
+    if (memcmp(&got[j], &want[j], sizeof *got) && !bad++) first = j;
+  cr_assert_eq(bad, 0, "%s: %zu of %zu values differ in their bits, the first at %zu (%a vs %a)", what, bad, n, first,
+               (double)got[first], (double)want[first]);
+}
+
 /* On cpu the fresh state of every env's auto-reset is drawn in a sparse lane loop, only for
  * the envs whose episode ended, and every value is the same bits as when every env draws it
  * (LUMEN_NO_LAZY), sign of zero included: the carried state, t, the episode counts and each
@@ -631,11 +640,7 @@ Test(lazy, every_env_draws_its_resets_only_where_episodes_end_with_the_same_bits
     size_t nl, ne;
     float *lazy = lazy_run(e, 1, dl, 1, &nl), *eager = lazy_run(e, 0, de, 1, &ne);
     cr_assert_eq(nl, ne);
-    size_t bad = 0, first = 0;
-    for (size_t j = 0; j < nl; j++)
-      if (memcmp(&lazy[j], &eager[j], sizeof *lazy) && !bad++) first = j;
-    cr_assert_eq(bad, 0, "%s: %zu of %zu values differ in their bits, the first at %zu (%a vs %a)", e->name, bad, nl,
-                 first, (double)lazy[first], (double)eager[first]);
+    same_bits(e->name, lazy, eager, nl);
     int sl = check_dump_lines(dl, "^ *sparse i"), se = check_dump_lines(de, "^ *sparse i");
     cr_assert(sl >= 1, "%s: the cpu scan kernel has %d sparse loops", e->name, sl);
     cr_assert_eq(se, 0, "%s: LUMEN_NO_LAZY left %d sparse loops", e->name, se);
@@ -678,11 +683,7 @@ Test(lazy, the_lane_kernel_stores_the_new_carried_state_in_place_with_refs_bits)
   size_t nc, nr;
   float *cpu = lazy_run(e, 1, dir, 0, &nc), *ref = lazy_run(e, 1, NULL, 0, &nr);
   cr_assert_eq(nc, nr);
-  size_t bad = 0, first = 0;
-  for (size_t j = 0; j < nc; j++)
-    if (memcmp(&cpu[j], &ref[j], sizeof *cpu) && !bad++) first = j;
-  cr_assert_eq(bad, 0, "%zu of %zu values differ from ref's bits, the first at %zu (%a vs %a)", bad, nc, first,
-               (double)cpu[first], (double)ref[first]);
+  same_bits("pointmass, cpu vs ref", cpu, ref, nc);
   int copies = copies_in_dump(dir);
   cr_assert_eq(copies, 0, "%d end-of-step copies left in the lane kernel", copies);
   free(cpu);
