@@ -29,6 +29,9 @@ typedef struct ip {
   int32_t B; /* the loop whose block's copies are looked at */
 } ip;
 
+/* The item of B's block that is statement s or holds it: -1 when s is not inside B. */
+static int32_t stmt_item(const ip *c, uint32_t s);
+
 /* The item of B's block holding loop l (or a statement in loop l): -1 when not inside B. */
 static int32_t top_item(const ip *c, int32_t l) {
   const lm_kernel *k = c->k;
@@ -44,13 +47,49 @@ static int32_t top_item(const ip *c, int32_t l) {
   return -1;
 }
 
+static int32_t stmt_item(const ip *c, uint32_t s) {
+  const lm_kernel *k = c->k;
+  if (k->stmts[s].loop != c->B) return k->stmts[s].loop < 0 ? -1 : top_item(c, k->stmts[s].loop);
+  const lm_block *b = c->B < 0 ? &k->root : &k->loops[c->B].body;
+  for (size_t i = 0; i < b->n; i++)
+    if (!b->items[i].is_loop && b->items[i].id == s) return (int32_t)i;
+  return -1;
+}
+
+/* Does P's index name a different element at every point of its loops (the non-unit ones in
+ * pchain, n of them, with all their extents' product at most MAX_POINTS)? */
+enum { MAX_POINTS = 4096 };
+
+static int injective(const ip *c, const lm_stmt *P, const int32_t *pchain, int n) {
+  const lm_kernel *k = c->k;
+  int64_t ext[MAX_DEPTH], total = 1;
+  if (lm_x_uses_symbols(c->x, P->idx)) return 0;
+  for (int i = 0; i < n; i++) {
+    const lm_xnode *e = lm_x_node(c->x, k->loops[pchain[i]].extent);
+    if (e->op != LM_X_CONST || e->v < 1 || (total *= e->v) > MAX_POINTS) return 0;
+    ext[i] = e->v;
+  }
+  int64_t *vars = lm_calloc(k->nloops + 1, sizeof *vars), *seen = lm_calloc((size_t)total, sizeof *seen);
+  int ok = vars && seen;
+  for (int64_t pt = 0; pt < total && ok; pt++) {
+    int64_t r = pt;
+    for (int i = 0; i < n; i++) vars[pchain[i]] = r % ext[i], r /= ext[i];
+    int64_t at = lm_x_eval(c->x, P->idx, vars, NULL);
+    for (int64_t q = 0; q < pt && ok; q++) ok = seen[q] != at;
+    seen[pt] = at;
+  }
+  lm_free(vars);
+  lm_free(seen);
+  return ok;
+}
+
 /* Loop item `l` of B as a copy nest: its loops outermost first (*n of them) and the copy's load
  * and store; 0 when it is not one. */
 static int copy_nest(const ip *c, int32_t l, int32_t *chain, int *n, uint32_t *ld, uint32_t *st) {
   const lm_kernel *k = c->k;
   *n = 0;
   for (;;) {
-    if (*n == MAX_DEPTH) return 0;
+    if (*n == MAX_DEPTH || k->loops[l].kind == LM_L_SPARSE) return 0; /* it copies some lanes only */
     chain[(*n)++] = l;
     const lm_block *b = &k->loops[l].body;
     if (b->n == 1 && b->items[0].is_loop) {
@@ -87,6 +126,8 @@ static int try_copy(ip *c, size_t ci) {
   uint32_t ld, st;
   if (!bb->items[ci].is_loop || !copy_nest(c, (int32_t)bb->items[ci].id, chain, &n, &ld, &st)) return 0;
   uint32_t src = k->stmts[ld].buf, dst = k->stmts[st].buf;
+  for (size_t l = 0; l < k->nloops; l++) /* a sparse loop reads its mask without a LOAD */
+    if (k->loops[l].kind == LM_L_SPARSE && (k->loops[l].mask == src || k->loops[l].mask == dst)) return 0;
   uint32_t P = UINT32_MAX;
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
@@ -97,7 +138,7 @@ static int try_copy(ip *c, size_t ci) {
     }
     if (s->buf == src && s->op == LM_S_LOAD && i != ld) return 0;
   }
-  if (P == UINT32_MAX || k->stmts[P].loop < 0) return 0;
+  if (P == UINT32_MAX || k->stmts[P].loop < 0 || k->stmts[P].loop == c->B) return 0;
   int32_t pi = top_item(c, k->stmts[P].loop);
   if (pi < 0 || (size_t)pi >= ci) return 0;
   /* P's loops down from B and the copy's, loops of extent 1 aside (their variables are 0): the
@@ -123,14 +164,14 @@ static int try_copy(ip *c, size_t ci) {
   }
   const lm_stmt *ps = &k->stmts[P];
   int nm = (int)k->nloops;
-  if (!lm_x_is_const(c->x, ps->valid, 1) ||
+  if (!lm_x_is_const(c->x, ps->valid, 1) || !injective(c, ps, pchain, pn) ||
       lm_x_simplify(c->x, lm_x_subst(c->x, ps->idx, map, nm), NULL) !=
           lm_x_simplify(c->x, lm_x_subst(c->x, k->stmts[st].idx, cmap, nm), NULL))
     return 0;
   for (size_t i = 0; i < k->nstmts; i++) { /* dst: read before P's item or at P's element in P's loop */
     const lm_stmt *s = &k->stmts[i];
     if (!s->local || s->buf != dst || i == st || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
-    int32_t ti = s->loop < 0 ? -1 : top_item(c, s->loop);
+    int32_t ti = stmt_item(c, (uint32_t)i);
     if (ti < 0) continue; /* outside B: before or after the whole of it */
     if (s->op == LM_S_STORE) return 0;
     if (ti < pi) continue;
@@ -140,9 +181,10 @@ static int try_copy(ip *c, size_t ci) {
   to_end(k, P);
   memmove(&bb->items[ci], &bb->items[ci + 1], (bb->n - ci - 1) * sizeof *bb->items);
   bb->n--;
-  /* the copy's loops are in no block now; its statements become inert constants */
+  /* the copy's loops are in no block now and hold nothing; its statements become inert constants */
   k->stmts[ld] = (lm_stmt){.op = LM_S_CONST, .loop = k->stmts[ld].loop};
   k->stmts[st] = (lm_stmt){.op = LM_S_CONST, .loop = k->stmts[st].loop};
+  for (int i = 0; i < n; i++) k->loops[chain[i]].body.n = 0;
   return 1;
 }
 

@@ -85,6 +85,7 @@ static int mark_cone(lz *z, uint32_t v, uint64_t bit) {
     z->lo[v] = lo, z->hi[v] = hi;
     return 1;
   }
+  if (z->cone[v] & bit) return 1; /* marked (and bounded) from another use */
   z->cone[v] |= bit;
   switch (s->op) {
   case LM_S_RAND: z->lo[v] = 0, z->hi[v] = 1; return 1;

@@ -359,7 +359,8 @@ static int split_items(const lm_kernel *k, const lm_block *b, const int32_t *new
 static int split_par(const lm_kernel *k, lm_exprs *x, lm_kernel *n) {
   memset(n, 0, sizeof *n);
   const lm_xnode *e = k->nloops ? lm_x_node(x, k->loops[0].extent) : NULL;
-  if (k->fixed || k->group || k->nshared || k->root.n != 1 || !k->root.items[0].is_loop || k->root.items[0].id ||
+  if (k->npar < 1 || k->loops[0].kind != LM_L_PARALLEL || k->fixed || k->group || k->nshared || k->root.n != 1 ||
+      !k->root.items[0].is_loop || k->root.items[0].id ||
       !e || e->op != LM_X_CONST || e->v % SPLIT || e->v < 2 * SPLIT || k->nloops >= 64)
     return 0;
   const int64_t E = e->v; /* (building expressions may move the nodes) */
@@ -419,12 +420,12 @@ int lm_schedule_interchange(lm_plan *plan, int stage) {
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel n, s;
     if (!interchange(plan, &plan->kernels[i], &n, stage)) {
-      if (n.loops || n.stmts) lm_kernel_free(&n);
+      lm_kernel_free(&n); /* (zeroed or partly built) */
       if (!split_par(&plan->kernels[i], &plan->g->x, &s)) continue;
       int done = interchange(plan, &s, &n, stage);
       lm_kernel_free(&s);
       if (!done) {
-        if (n.loops || n.stmts) lm_kernel_free(&n);
+        lm_kernel_free(&n);
         continue;
       }
     }
