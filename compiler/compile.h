@@ -29,6 +29,8 @@ typedef struct lm_compile_options {
   int stage;  /* interchange may stage operands in local arrays (a kernel call runs a chunk) */
   int lanes;  /* envs per SIMD block of a fused scan (lm_scan_lanes; < 2: none) */
 } lm_compile_options;
+/* The cpu backend's envs per SIMD block (see compiler/backends/cpu.c, scan_lanes). */
+enum { LM_CPU_SCAN_LANES = 64 };
 lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_compile_options *opts,
                         lm_compiled *out);
 void lm_compiled_free(lm_compiled *c);

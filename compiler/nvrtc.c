@@ -473,7 +473,7 @@ lm_status lm_compile_iteration(const char *env, lm_target target, const char *ar
     if (st == LM_OK) st = lm_graph_validate(g);
     if (st == LM_OK) st = scan_of(&tg[i], per_step, &scan);
     lm_compile_options co = {.interchange = target == LM_TARGET_C, .stage = target == LM_TARGET_C,
-                             .lanes = target == LM_TARGET_C ? 32 : 0}; /* as the cpu backend compiles */
+                             .lanes = target == LM_TARGET_C ? LM_CPU_SCAN_LANES : 0}; /* as the cpu backend */
     if (st == LM_OK) st = lm_compile_ex(g, &scan, &co, &comp);
     if (st == LM_OK && (target == LM_TARGET_CUDA || target == LM_TARGET_OPENCL) && lm_gpu_schedules_enabled()) {
       lm_gpu_options go; /* as the backends schedule them: 48 KiB of static shared memory on CUDA, */

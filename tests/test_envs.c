@@ -578,7 +578,7 @@ Test(kernels, cartpole_step_with_random_actions_time_limit_and_auto_reset_is_one
  * dumped to directory `dump`, with lazy draws or (LUMEN_NO_LAZY) without (or on ref when dump is
  * NULL): the carried state, t and episode counters after it, and every per-step output (obs and
  * final_obs too when obs), in one array. */
-enum { LZ_N = 67, LZ_T = 260 }; /* two whole blocks of 32 lanes and a partial one; past 200 steps */
+enum { LZ_N = 67, LZ_T = 260 }; /* a whole block of 64 lanes and a partial one; past 200 steps */
 
 static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, int obs, size_t *count) {
   lm_graph_t *g = lm_graph_new();

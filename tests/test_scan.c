@@ -563,11 +563,11 @@ static void lanes_close(const char *what, const lanes_run *got, const lanes_run 
   expect_bits(w, got->r2, want->r2, (size_t)T * (size_t)N * 2);
 }
 
-/* Envs that fill no whole block (of 32 or of 8), exactly one, one more, and many with a
+/* Envs that fill no whole block (of 64 or of 8), exactly one, one more, and many with a
  * partial last block:
  * the extra lanes of a partial block must neither read nor write past the last env. */
 Test(scan, lanes_match_ref_and_one_env_at_a_time_for_partial_and_whole_blocks_on_cpu) {
-  const int64_t T = 5, sizes[] = {1, 7, 8, 31, 32, 33, 67};
+  const int64_t T = 5, sizes[] = {1, 7, 8, 31, 32, 33, 63, 64, 65, 131};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     int64_t N = sizes[i];
     lanes_run ref = lanes_on("ref", NULL, NULL, T, N), lanes = lanes_on("cpu", NULL, NULL, T, N),
