@@ -19,7 +19,12 @@
  * the lane loop that reads them, instead of once per env: one Philox evaluation per four
  * envs, the same values (rlbench envs, 1 thread: CartPole 8.7e7 -> 1.06e8 steps/s, mountaincar
  * 9.7e7 -> 1.38e8). Two envs per block (a two-value reset) measured slower this way: the
- * short drawing loop's dependent Philox rounds no longer overlap the step's arithmetic. */
+ * short drawing loop's dependent Philox rounds no longer overlap the step's arithmetic.
+ *
+ * Two passes then rewrite the lane form: values a lane uses only where a flag is set (an
+ * auto-reset's fresh state) are computed in a sparse loop over the flagged lanes
+ * (compiler/lazy.c), and the step stores the new carried state into the carry itself instead
+ * of copying it there at the end of the step (compiler/inplace.c). Both give the same bits. */
 #include <stdlib.h>
 #include <string.h>
 
