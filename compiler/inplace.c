@@ -29,8 +29,7 @@ typedef struct ip {
   int32_t B; /* the loop whose block's copies are looked at */
 } ip;
 
-/* The item of B's block that is statement s or holds it: -1 when s is not inside B. */
-static int32_t stmt_item(const ip *c, uint32_t s);
+static const lm_block *block_B(const ip *c) { return c->B < 0 ? &c->k->root : &c->k->loops[c->B].body; }
 
 /* The item of B's block holding loop l (or a statement in loop l): -1 when not inside B. */
 static int32_t top_item(const ip *c, int32_t l) {
@@ -41,19 +40,16 @@ static int32_t top_item(const ip *c, int32_t l) {
     child = l;
     l = k->loops[l].parent;
   }
-  const lm_block *b = c->B < 0 ? &k->root : &k->loops[c->B].body;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->items[i].is_loop && (int32_t)b->items[i].id == child) return (int32_t)i;
-  return -1;
+  size_t at = lm_block_find(block_B(c), 1, (uint32_t)child);
+  return at < block_B(c)->n ? (int32_t)at : -1;
 }
 
+/* The item of B's block that is statement s or holds it: -1 when s is not inside B. */
 static int32_t stmt_item(const ip *c, uint32_t s) {
-  const lm_kernel *k = c->k;
-  if (k->stmts[s].loop != c->B) return k->stmts[s].loop < 0 ? -1 : top_item(c, k->stmts[s].loop);
-  const lm_block *b = c->B < 0 ? &k->root : &k->loops[c->B].body;
-  for (size_t i = 0; i < b->n; i++)
-    if (!b->items[i].is_loop && b->items[i].id == s) return (int32_t)i;
-  return -1;
+  int32_t l = c->k->stmts[s].loop;
+  if (l != c->B) return l < 0 ? -1 : top_item(c, l);
+  size_t at = lm_block_find(block_B(c), 0, s);
+  return at < block_B(c)->n ? (int32_t)at : -1;
 }
 
 /* Does P's index name a different element at every point of its loops (the non-unit ones in
@@ -109,8 +105,7 @@ static int copy_nest(const ip *c, int32_t l, int32_t *chain, int *n, uint32_t *l
 /* Moves statement s to the end of its loop's block. */
 static void to_end(lm_kernel *k, uint32_t s) {
   lm_block *b = &k->loops[k->stmts[s].loop].body;
-  size_t i = 0;
-  while (i < b->n && (b->items[i].is_loop || b->items[i].id != s)) i++;
+  size_t i = lm_block_find(b, 0, s);
   if (i == b->n) return;
   lm_item it = b->items[i];
   memmove(&b->items[i], &b->items[i + 1], (b->n - i - 1) * sizeof *b->items);
@@ -121,7 +116,7 @@ static void to_end(lm_kernel *k, uint32_t s) {
 static int try_copy(ip *c, size_t ci) {
   lm_kernel *k = c->k;
   lm_block *bb = c->B < 0 ? &k->root : &k->loops[c->B].body;
-  int32_t chain[MAX_DEPTH], pchain[MAX_DEPTH];
+  int32_t chain[MAX_DEPTH], pchain[MAX_DEPTH], cchain[MAX_DEPTH];
   int n;
   uint32_t ld, st;
   if (!bb->items[ci].is_loop || !copy_nest(c, (int32_t)bb->items[ci].id, chain, &n, &ld, &st)) return 0;
@@ -154,13 +149,13 @@ static int try_copy(ip *c, size_t ci) {
   }
   for (int i = 0; i < n; i++) {
     if (lm_x_is_const(c->x, k->loops[chain[i]].extent, 1)) cmap[chain[i]] = lm_x_const(c->x, 0);
-    else chain[cn++] = chain[i];
+    else cchain[cn++] = chain[i];
   }
   if (pn != cn) return 0;
   for (int i = 0; i < cn; i++) {
     int32_t pl = pchain[pn - 1 - i];
-    if (k->loops[pl].extent != k->loops[chain[i]].extent) return 0;
-    map[pl] = lm_x_var(c->x, chain[i]);
+    if (k->loops[pl].extent != k->loops[cchain[i]].extent) return 0;
+    map[pl] = lm_x_var(c->x, cchain[i]);
   }
   const lm_stmt *ps = &k->stmts[P];
   int nm = (int)k->nloops;

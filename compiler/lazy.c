@@ -79,10 +79,9 @@ static int bounded(const lz *z, uint32_t v, double *lo, double *hi) {
  * RAND and constants with finite bounds. */
 static int mark_cone(lz *z, uint32_t v, uint64_t bit) {
   const lm_stmt *s = &z->k->stmts[v];
-  if (s->loop != z->S) {
-    double lo, hi;
-    if (!bounded(z, v, &lo, &hi) || s->op != LM_S_CONST) return 0;
-    z->lo[v] = lo, z->hi[v] = hi;
+  if (s->loop != z->S) { /* a constant of an enclosing block */
+    if (s->op != LM_S_CONST || !isfinite(s->f)) return 0;
+    z->lo[v] = z->hi[v] = s->f;
     return 1;
   }
   if (z->cone[v] & bit) return 1; /* marked (and bounded) from another use */
@@ -107,13 +106,8 @@ static int after_S(const lz *z, int32_t c) {
   while (c >= 0 && k->loops[c].parent != p) c = k->loops[c].parent;
   if (c < 0) return 0;
   const lm_block *b = p < 0 ? &k->root : &k->loops[p].body;
-  size_t at_s = b->n, at_c = b->n;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->items[i].is_loop) {
-      if ((int32_t)b->items[i].id == z->S) at_s = i;
-      if ((int32_t)b->items[i].id == c) at_c = i;
-    }
-  return at_s < at_c && at_c < b->n;
+  size_t at_c = lm_block_find(b, 1, (uint32_t)c);
+  return lm_block_find(b, 1, (uint32_t)z->S) < at_c && at_c < b->n;
 }
 
 /* The live candidate that is local array a, or -1. */
@@ -226,9 +220,7 @@ static int make_sparse(lz *z, uint32_t f) {
   int32_t Q = (int32_t)k->nloops++;
   k->loops[Q] = (lm_loop){.extent = k->loops[S].extent, .kind = LM_L_SPARSE, .parent = p, .mask = f};
   lm_block *pb = p < 0 ? &k->root : &k->loops[p].body;
-  size_t pos = 0;
-  while (!(pb->items[pos].is_loop && (int32_t)pb->items[pos].id == S)) pos++;
-  if (!lm_block_insert(pb, pos + 1, (lm_item){1, (uint32_t)Q})) return -1;
+  if (!lm_block_insert(pb, lm_block_find(pb, 1, (uint32_t)S) + 1, (lm_item){1, (uint32_t)Q})) return -1;
   lm_expr *vmap = lm_calloc(k->nloops, sizeof *vmap);
   if (!vmap) return -1;
   vmap[S] = lm_x_var(z->x, Q);

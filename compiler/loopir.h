@@ -179,6 +179,8 @@ int32_t lm_kernel_add_loop_before(lm_kernel *k, int32_t parent, int32_t before, 
 uint32_t lm_kernel_add_stmt(lm_kernel *k, const lm_stmt *s, int32_t before_loop);
 /* Inserts item it at position at of block b; 0 when memory ran out. */
 int lm_block_insert(lm_block *b, size_t at, lm_item it);
+/* The position of the item (a loop when is_loop, else a statement) id in block b, or b->n. */
+size_t lm_block_find(const lm_block *b, int is_loop, uint32_t id);
 int lm_kernel_use_buf(lm_kernel *k, uint32_t buf);
 int lm_loop_depth(const lm_kernel *k, int32_t loop);
 /* Does a STORE of the kernel write plan buffer buf? */

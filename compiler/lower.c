@@ -23,14 +23,19 @@ int lm_block_insert(lm_block *b, size_t at, lm_item it) {
 
 static lm_block *block_of(lm_kernel *k, int32_t loop) { return loop < 0 ? &k->root : &k->loops[loop].body; }
 
+size_t lm_block_find(const lm_block *b, int is_loop, uint32_t id) {
+  for (size_t i = 0; i < b->n; i++)
+    if (b->items[i].is_loop == is_loop && b->items[i].id == id) return i;
+  return b->n;
+}
+
 /* Position in the block of `loop` just before the item holding child loop `child`. */
 static size_t insert_pos(lm_kernel *k, int32_t loop, int32_t child) {
   lm_block *b = block_of(k, loop);
   if (child < 0) return b->n;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->items[i].is_loop && (int32_t)b->items[i].id == child) return i;
-  LM_ASSERT(!"open loop not found in its parent block");
-  return b->n;
+  size_t at = lm_block_find(b, 1, (uint32_t)child);
+  LM_ASSERT(at < b->n && "open loop not found in its parent block");
+  return at;
 }
 
 int lm_loop_depth(const lm_kernel *k, int32_t loop) {

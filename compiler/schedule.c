@@ -364,6 +364,10 @@ static int split_par(const lm_kernel *k, lm_exprs *x, lm_kernel *n) {
       !e || e->op != LM_X_CONST || e->v % SPLIT || e->v < 2 * SPLIT || k->nloops >= 64)
     return 0;
   const int64_t E = e->v; /* (building expressions may move the nodes) */
+  const lm_block *inner = &k->loops[k->npar - 1].body; /* no loop in it: nothing to interchange */
+  int loops = 0;
+  for (size_t i = 0; i < inner->n; i++) loops += inner->items[i].is_loop;
+  if (!loops) return 0;
   uint8_t dropped[64] = {0};
   int32_t newid[64];
   lm_expr map[64] = {0};
@@ -460,26 +464,20 @@ static int chain_has(const lm_kernel *k, int32_t from, int32_t loop) {
   return 0;
 }
 
-static size_t item_index(const lm_block *b, int is_loop, uint32_t id) {
-  for (size_t i = 0; i < b->n; i++)
-    if (b->items[i].is_loop == is_loop && b->items[i].id == id) return i;
-  return b->n;
-}
-
 /* Inserts statement s into block `loop` of a, before child loop `before` (or at the end),
  * reusing an identical pure statement already visible there. */
 static uint32_t place_stmt(mg *m, lm_stmt s, int32_t before) {
   lm_kernel *a = m->a;
   if (pure_op(s.op)) {
     const lm_block *blk = s.loop < 0 ? &a->root : &a->loops[s.loop].body;
-    size_t at = before < 0 ? blk->n : item_index(blk, 1, (uint32_t)before);
+    size_t at = before < 0 ? blk->n : lm_block_find(blk, 1, (uint32_t)before);
     for (size_t i = 0; i < a->nstmts; i++) {
       const lm_stmt *o = &a->stmts[i];
       if (o->op != s.op || o->a != s.a || o->b != s.b || o->buf != s.buf || o->local != s.local || o->idx != s.idx ||
           o->valid != s.valid || o->step != s.step || o->stream != s.stream || memcmp(&o->f, &s.f, sizeof s.f))
         continue;
       if (!chain_has(a, s.loop, o->loop)) continue;
-      if (o->loop == s.loop && item_index(blk, 0, (uint32_t)i) >= at) continue;
+      if (o->loop == s.loop && lm_block_find(blk, 0, (uint32_t)i) >= at) continue;
       return (uint32_t)i;
     }
   }
@@ -498,7 +496,7 @@ static int32_t place_loop(mg *m, int32_t parent, int32_t before, lm_expr extent,
   }
   if (before >= 0) { /* move the new item from the end to before `before` */
     lm_block *blk = parent < 0 ? &a->root : &a->loops[parent].body;
-    size_t at = item_index(blk, 1, (uint32_t)before);
+    size_t at = lm_block_find(blk, 1, (uint32_t)before);
     lm_item it = blk->items[blk->n - 1];
     memmove(&blk->items[at + 1], &blk->items[at], (blk->n - 1 - at) * sizeof *blk->items);
     blk->items[at] = it;
