@@ -1022,7 +1022,7 @@ static lm_graph_t *env_graph(const lm_env_spec *e) {
   if (s == LM_OK) {
     lm_tensor cnt = lm_input(g, "ep.count", LM_ROLE_STATE, 1, &N);
     lm_tensor rsum = lm_input(g, "ep.reward", LM_ROLE_STATE, 1, &N);
-    s = lm_assign(cnt, lm_add(cnt, lm_maximum(vs.terminated, vs.truncated)));
+    s = lm_assign(cnt, lm_add(cnt, lm_add(vs.terminated, vs.truncated)));
     if (s == LM_OK) s = lm_assign(rsum, lm_add(rsum, vs.reward));
   }
   if (s == LM_OK) s = lm_graph_validate(g);
