@@ -21,10 +21,12 @@
  * 9.7e7 -> 1.38e8). Two envs per block (a two-value reset) measured slower this way: the
  * short drawing loop's dependent Philox rounds no longer overlap the step's arithmetic.
  *
- * Two passes then rewrite the lane form: values a lane uses only where a flag is set (an
- * auto-reset's fresh state) are computed in a sparse loop over the flagged lanes
- * (compiler/lazy.c), and the step stores the new carried state into the carry itself instead
- * of copying it there at the end of the step (compiler/inplace.c). Both give the same bits. */
+ * Three passes then rewrite the lane form, each giving the same bits: the step stores the new
+ * carried state into the carry itself instead of copying it there at the end of the step
+ * (compiler/inplace.c); a stacked state's short loop over its columns is unrolled into its lane
+ * loop, where the paddings' conditions fold (compiler/columns.c); and values a lane uses only
+ * where a flag is set (an auto-reset's fresh state) are computed in a sparse loop over the
+ * flagged lanes (compiler/lazy.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -487,7 +489,7 @@ static int lanes_kernel(lm_plan *p, size_t ki, int L) {
   if (lm_kernel_add_loop(n, -1, blocks, LM_L_PARALLEL) != 0) goto out;
   walk(&c, &k->loops[0].body, 0);
   /* LUMEN_NO_LAZY: draw every lane's values (the same bits, for comparing; compiler/lazy.c) */
-  if (!c.ok || x->failed || (!getenv("LUMEN_NO_LAZY") && lm_lanes_lazy(n, x) < 0) || lm_lanes_inplace(n, x) < 0)
+  if (!c.ok || x->failed || lm_lanes_inplace(n, x) < 0 || lm_lanes_columns(n, x) < 0 || (!getenv("LUMEN_NO_LAZY") && lm_lanes_lazy(n, x) < 0))
     goto out;
   /* swap the kernel in */
   lm_kernel old = p->kernels[ki];

@@ -1,4 +1,5 @@
-/* compiler/lazy.c — lazy draws in a kernel in lane form (the cpu schedule, after lanes.c).
+/* compiler/lazy.c — lazy draws in a kernel in lane form (the cpu schedule, after lanes.c,
+ * inplace.c and columns.c).
  *
  * An env's auto-reset draws a fresh state for every env at every step and keeps it only where
  * the episode ended (envs/vec.c: after = (done * fresh + 0) + (1 - done) * next). In lane form
@@ -20,8 +21,9 @@
  *   - F is a per-lane array stored once, in S at lane i;
  *   - A is loaded only in lane loops after S in S's block (or inside loops after S), at their
  *     lane; what it feeds is + and * with other such values, constants and padded constants,
- *     with finite bounds, until a product with F loaded at the same lane, whose every use adds
- *     a constant +0 (lm_env_select writes that + 0 for this).
+ *     and paddings of them (valid ? v : 0, as a stack's columns), with finite bounds,
+ *     until a product with F loaded at the same lane, whose every use adds a constant +0
+ *     (lm_env_select writes that + 0 for this).
  * A starts at 0: a lane loop at the head of the parallel loop's body stores it. */
 #include <math.h>
 #include <string.h>
@@ -174,6 +176,11 @@ static uint64_t check(lz *z) {
     int m = lm_sop_operands(s->op);
     uint64_t ta = (m & LM_OPND_A) ? z->taint[s->a] : 0, tb = (m & LM_OPND_B) ? z->taint[s->b] : 0;
     if (!(ta | tb)) continue;
+    if (s->op == LM_S_SELECT && k->stmts[s->a].loop == s->loop) { /* a padding: the value or 0 */
+      z->lo[v] = fmin(z->lo[s->a], 0.0), z->hi[v] = fmax(z->hi[s->a], 0.0);
+      z->taint[v] = ta;
+      continue;
+    }
     if (s->op != LM_S_ADD && s->op != LM_S_MUL) return ta | tb;
     if ((ta && k->stmts[s->a].loop != s->loop) || (tb && k->stmts[s->b].loop != s->loop)) return ta | tb;
     if (s->op == LM_S_MUL && !(ta && tb)) { /* a product with the flag? */

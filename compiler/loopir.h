@@ -158,6 +158,10 @@ int lm_lanes_lazy(lm_kernel *k, lm_exprs *x);
  * store the new state in place (compiler/inplace.c); bit-identical. Returns how many, -1 when
  * memory ran out. */
 int lm_lanes_inplace(lm_kernel *k, lm_exprs *x);
+/* Short serial loops of constant extent around a lane loop, such as the columns of a stacked
+ * state, unrolled into that lane loop (compiler/columns.c); bit-identical. Returns how many,
+ * -1 when memory ran out. */
+int lm_lanes_columns(lm_kernel *k, lm_exprs *x);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the

@@ -371,6 +371,12 @@ static void check_stmts(rk *r) {
   }
 }
 
+/* The operands statement s reads when printed: a padding that never holds (valid is 0) prints
+ * as 0.0f and reads none. */
+static int reads(const rk *r, const lm_stmt *s) {
+  return s->op == LM_S_SELECT && lm_x_is_const(r->x, s->valid, 0) ? 0 : lm_sop_operands(s->op);
+}
+
 /* Live: stores, what they read, and the updates of accumulators someone reads. */
 static void liveness(rk *r) {
   const lm_kernel *k = r->k;
@@ -381,7 +387,7 @@ static void liveness(rk *r) {
       const lm_stmt *s = &k->stmts[i];
       if (!r->live[i] && is_update(s->op) && r->live[s->a]) r->live[i] = changed = 1;
       if (!r->live[i]) continue;
-      int ops = lm_sop_operands(s->op);
+      int ops = reads(r, s);
       if ((ops & LM_OPND_A) && !is_update(s->op) && !r->live[s->a]) r->live[s->a] = changed = 1;
       if ((ops & LM_OPND_B) && !r->live[s->b]) r->live[s->b] = changed = 1;
     }
@@ -393,7 +399,7 @@ static void liveness(rk *r) {
       fail(r, "statement %zu is used but sits in no block", i);
       return;
     }
-    int ops = lm_sop_operands(s->op);
+    int ops = reads(r, s);
     if ((ops & LM_OPND_A) && !is_update(s->op)) r->uses[s->a]++, r->user[s->a] = (uint32_t)i;
     if (ops & LM_OPND_B) r->uses[s->b]++, r->user[s->b] = (uint32_t)i;
   }

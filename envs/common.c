@@ -16,16 +16,14 @@ lm_tensor lm_env_col(lm_tensor x, int k) {
   return lm_reshape(lm_slice(x, 1, k, k + 1), 1, &n);
 }
 
-/* Sum over k of col_k [N, 1] times the unit row e_k [1, n]. The zero padding sits on the unit rows
- * (views of one constant), not on the columns: a padded column would carry its validity into
- * every load it makes, which ties its whole computation to the inner axis (no hoisting, no
- * sharing between columns). Exact: col * 1 + 0s. */
+/* Sum over k of col_k [N, 1] padded to column k of n: each column holds its value plus zeros
+ * (x + 0 is x, but +0 for -0), and a NaN or inf stays in its own column. In lane form the
+ * padding's conditions fold once the column loop is unrolled (compiler/columns.c). */
 lm_tensor lm_env_stack(const lm_tensor *cols, int n) {
   lm_tensor acc = invalid;
   for (int k = 0; k < n; k++) {
     if (!lm_tensor_ok(cols[k])) return invalid;
-    lm_tensor unit = lm_pad(lm_full(cols[k].g, 1.0f, 1, (lm_dim[]){1}), 0, k, n - 1 - k);
-    lm_tensor c = lm_mul(lm_unsqueeze(cols[k], 1), unit);
+    lm_tensor c = lm_pad(lm_unsqueeze(cols[k], 1), 1, k, n - 1 - k);
     acc = k ? lm_add(acc, c) : c;
   }
   return acc;

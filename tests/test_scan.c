@@ -745,3 +745,133 @@ Test(lazy, a_draw_through_recip_or_also_an_output_draws_every_lane) {
   lazy_case(LZ_RECIP, 0);
   lazy_case(LZ_ALSO_OUT, 0);
 }
+
+/* compiler/columns.c and lazy.c's split: an env-style step whose new state is a stack of
+ * computed columns (lm_env_stack: each column padded to its place), selected against a fresh
+ * draw. In the lane kernel the stack's column loop is unrolled into its lane loop (no padding
+ * on the column left in a lane loop inside a loop over columns in the time loop), and the fresh state is
+ * still drawn lazily, in a sparse loop. The values are ref's bits (no transcendental here) and
+ * the same bits without lazy draws. */
+typedef struct ir_facts {
+  int column_pads;   /* paddings on the column in a lane loop inside a loop over columns, in the time loop */
+  int sparse;        /* sparse loops, and the draws inside them */
+  int sparse_draws;
+} ir_facts;
+
+static ir_facts ir_facts_of(const char *dir) {
+  char cmd[256], line[1024];
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c; rm -rf %s", dir, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f);
+  ir_facts r = {0};
+  struct { int ind, kind, extent; char var[16]; } st[32]; /* open loops: kind 0 for, 1 lanes, 2 sparse, 3 time */
+  int n = 0, ir = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strstr(line, "loop IR:")) ir = 1, n = 0;
+    if (!ir) continue;
+    int ind = (int)strspn(line, " ");
+    const char *s = line + ind;
+    while (n > 0 && st[n - 1].ind >= ind) n--;
+    int time = 0, sparse = 0;
+    for (int i = 0; i < n; i++) time |= st[i].kind == 3, sparse |= st[i].kind == 2;
+    const char *cond = strstr(s, " if ");
+    if (time && n >= 2 && st[n - 1].kind == 1 && st[n - 2].kind == 0 && st[n - 2].extent >= 2 &&
+        cond && strstr(cond, st[n - 2].var)) /* a padding on the column */
+      r.column_pads++;
+    if (sparse && strstr(s, "= rand ")) r.sparse_draws++;
+    int kind = !strncmp(s, "for ", 4) ? 0 : !strncmp(s, "lanes ", 6) ? 1 : !strncmp(s, "sparse ", 7) ? 2 : -1;
+    if (kind < 0 || n == 32) continue;
+    int extent = 0;
+    const char *lt = strstr(s, "< ");
+    if (lt) extent = atoi(lt + 2);
+    if (kind == 0 && lt && lt[2] == 'T') kind = 3;
+    r.sparse += kind == 2;
+    st[n].ind = ind, st[n].kind = kind, st[n].extent = extent;
+    if (sscanf(s, "%*s %15s <", st[n].var) != 1) st[n].var[0] = 0;
+    n++;
+  }
+  pclose(f);
+  cr_assert(ir, "no loop IR in the dumped kernels");
+  return r;
+}
+
+enum { STACK_MAX = 10 };
+
+/* h [N, cols]: h' = select(0.5 < h0, fresh, stack(h0 + 0.375, h1 * h1, h2 - h0, ...)). */
+static lm_graph_t *stack_graph(int cols) {
+  static const float lo[STACK_MAX] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}, hi[STACK_MAX] = {0};
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, cols});
+  lm_tensor fresh = lm_env_reset_uniform(g, N, cols, lo, hi);
+  lm_tensor h0 = lm_env_col(h, 0), c[STACK_MAX];
+  c[0] = lm_add_scalar(h0, 0.375f);
+  for (int k = 1; k < cols; k++) c[k] = k % 2 ? lm_square(lm_env_col(h, k)) : lm_sub(lm_env_col(h, k), h0);
+  lm_tensor kept = lm_unsqueeze(lm_lt(lm_const(g, 0.5f), h0), 1);
+  lm_tensor next = lm_env_select(kept, fresh, lm_env_stack(c, cols));
+  OK(lm_output(next, "y"));
+  OK(lm_assign(h, next));
+  return g;
+}
+
+/* y [T, N, cols] of the scan on backend (cpu: lazy or not, facts of its kernel in *facts). */
+static float *stack_scan(int cols, const char *backend, int lazy, ir_facts *facts) {
+  lm_graph_t *g = stack_graph(cols);
+  char dir[] = "/tmp/lumen-stack-XXXXXX";
+  lm_backend_t *b = NULL;
+  lm_program_t *p;
+  if (facts) {
+    cr_assert(mkdtemp(dir));
+    p = check_cpu_scan(g, dir, lazy, &b);
+  } else {
+    b = open_backend(backend);
+    p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+    cr_assert(p, "%s", lm_last_error());
+  }
+  OK(lm_program_bind(p, "N", LZ_N));
+  OK(lm_program_bind(p, "T", LZ_T * 4));
+  float h[LZ_N * STACK_MAX];
+  for (int i = 0; i < LZ_N * cols; i++) h[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
+  put(p, "h", h, (size_t)LZ_N * cols);
+  lm_program_set_seed(p, 9);
+  OK(lm_program_run(p));
+  float *y = get(p, "y", (size_t)LZ_T * 4 * LZ_N * cols);
+  if (facts) *facts = ir_facts_of(dir);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return y;
+}
+
+/* cols <= 8: unrolled; 10: more than compiler/columns.c unrolls, the paddings stay in the
+ * column loop and the fresh state is drawn lazily through them. */
+static void stack_case(int cols) {
+  size_t n = (size_t)LZ_T * 4 * LZ_N * cols;
+  ir_facts fl, fe;
+  float *lazy = stack_scan(cols, "cpu", 1, &fl), *eager = stack_scan(cols, "cpu", 0, &fe);
+  float *ref = stack_scan(cols, "ref", 1, NULL);
+  char what[64];
+  snprintf(what, sizeof what, "stack of %d: cpu with lazy draws vs ref", cols);
+  expect_bits(what, lazy, ref, n);
+  snprintf(what, sizeof what, "stack of %d: cpu without lazy draws vs ref", cols);
+  expect_bits(what, eager, ref, n);
+  int resets = 0;
+  for (size_t i = 0; i < n; i += (size_t)cols) resets += lazy[i] <= 0 && lazy[i] > -1; /* some envs did reset */
+  cr_assert(resets > 0);
+  int unrolled = cols <= 8;
+  cr_assert(unrolled ? fl.column_pads == 0 && fe.column_pads == 0 : fl.column_pads > 0,
+            "stack of %d: %d paddings in a column loop of the step (%d without lazy draws)", cols, fl.column_pads,
+            fe.column_pads);
+  cr_assert(fl.sparse >= 1, "stack of %d: no sparse loop", cols); /* one per kernel: the wide lane form and the narrow one */
+  cr_assert_eq(fl.sparse_draws, cols * fl.sparse, "stack of %d: %d draws in %d sparse loops", cols, fl.sparse_draws,
+               fl.sparse);
+  cr_assert_eq(fe.sparse, 0);
+  free(lazy);
+  free(eager);
+  free(ref);
+}
+
+Test(lazy, a_stacked_state_is_unrolled_into_its_lanes_and_its_resets_still_drawn_lazily) {
+  stack_case(3);
+  stack_case(STACK_MAX);
+}
