@@ -1459,7 +1459,7 @@ static int bench_envs(const opts *o) {
     run_ref_env(&ra);
     env_counts want;
     counts_from(ra.eps, ra.rew, n, steps, &want);
-    timing tref;
+    timing tref = {0};
     time_work(run_ref_env, &ra, reps, &tref);
     free(ra.state);
     free(ra.t);
@@ -2146,7 +2146,7 @@ static int parse_threads(const char *s, opts *o) {
       if (len == 0 || len >= sizeof buf) return usage_error("--threads: bad entry '%.*s'", (int)len, p);
       memcpy(buf, p, len);
       buf[len] = 0;
-      int64_t t;
+      int64_t t = 0;
       if (parse_int("--threads", buf, 1, 1024, &t)) return EXIT_USAGE;
       v = (int)t;
     }

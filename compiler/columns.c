@@ -25,6 +25,7 @@
  *     at every point of the two loops (each point's offset from the first store, a constant
  *     for every value of the symbols), so running the columns inside the lanes changes no
  *     value. */
+#include <math.h>
 #include <string.h>
 
 #include "core.h"
@@ -59,7 +60,7 @@ static int qualifies(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int6
         folds |= v && lm_x_node(x, v)->op == LM_X_CONST;
       }
       if (s->op != LM_S_STORE) continue;
-      ok = !(lm_x_vars_used(x, s->valid) >> L & 1); /* the same lanes store in every column */
+      ok = ok && s->valid && !(lm_x_vars_used(x, s->valid) >> L & 1); /* the same lanes in every column */
       for (size_t j = 0; j < bs[0]->n + bs[1]->n && ok; j++) { /* what L stores it does not load */
         const lm_block *bj = j < bs[0]->n ? bs[0] : bs[1];
         lm_item it = bj->items[j < bs[0]->n ? j : j - bs[0]->n];
@@ -112,11 +113,13 @@ static int unroll_block(lm_kernel *k, lm_exprs *x, const lm_item *items, size_t 
     s.valid = s.valid ? lm_x_subst(x, s.valid, vmap, (int)nv) : 0;
     if (x->failed) return -1;
     const lm_stmt *a = &k->stmts[s.a], *b = &k->stmts[s.b];
-    if ((s.op == LM_S_SELECT || s.op == LM_S_LOAD) && lm_x_is_const(x, s.valid, 0))
+    float folded = s.op == LM_S_ADD ? a->f + b->f : a->f * b->f;
+    if ((s.op == LM_S_SELECT || s.op == LM_S_LOAD) && s.valid && lm_x_is_const(x, s.valid, 0))
       s = (lm_stmt){.op = LM_S_CONST, .loop = C, .f = 0.0f};
-    else if ((s.op == LM_S_ADD || s.op == LM_S_MUL) && a->op == LM_S_CONST && b->op == LM_S_CONST) /* 0 + 0 */
-      s = (lm_stmt){.op = LM_S_CONST, .loop = C, .f = s.op == LM_S_ADD ? a->f + b->f : a->f * b->f};
-    else if (s.op == LM_S_SELECT && lm_x_is_const(x, s.valid, 1)) {
+    else if ((s.op == LM_S_ADD || s.op == LM_S_MUL) && a->op == LM_S_CONST && b->op == LM_S_CONST &&
+             isfinite(folded)) /* 0 + 0 (a NaN or inf result stays computed) */
+      s = (lm_stmt){.op = LM_S_CONST, .loop = C, .f = folded};
+    else if (s.op == LM_S_SELECT && s.valid && lm_x_is_const(x, s.valid, 1)) {
       smap[items[i].id] = s.a;
       continue;
     }
@@ -185,5 +188,5 @@ int lm_lanes_columns(lm_kernel *k, lm_exprs *x) {
     if (r < 0) return -1;
     made += r;
   }
-  return made;
+  return x->failed ? -1 : made;
 }

@@ -487,7 +487,11 @@ static lm_status build(const char *msl, int load, msl_so **out, char *log, size_
       h[k] = lm_hash_bytes(cxx_flags[i], strlen(cxx_flags[i]) + 1, h[k]);
   }
   char base[4200], src[4300], lib[4300], tmp_lib[4300], logp[4300];
-  snprintf(base, sizeof base, "%s/%016llx%016llx", c->dir, (unsigned long long)h[0], (unsigned long long)h[1]);
+  if (snprintf(base, sizeof base, "%s/%016llx%016llx", c->dir, (unsigned long long)h[0], (unsigned long long)h[1]) >=
+      (int)sizeof base - 16) { /* room for the suffixes below */
+    st = lm_fail(LM_ERR_INVALID, "msl: the cache folder's path is too long: %s", c->dir);
+    goto fail;
+  }
   snprintf(src, sizeof src, "%s.cpp", base);
   snprintf(lib, sizeof lib, "%s.so", base);
   snprintf(logp, sizeof logp, "%s.log", base);
@@ -497,7 +501,10 @@ static lm_status build(const char *msl, int load, msl_so **out, char *log, size_
   if (!cached) {
     if ((st = write_file(src, text)) != LM_OK) goto fail;
     char inc[4300];
-    snprintf(inc, sizeof inc, "-I%s", c->shim_dir);
+    if (snprintf(inc, sizeof inc, "-I%s", c->shim_dir) >= (int)sizeof inc) {
+      st = lm_fail(LM_ERR_INVALID, "msl: the shim folder's path is too long: %s", c->shim_dir);
+      goto fail;
+    }
     char *argv[48];
     int n = 0;
     for (int i = 0; i < c->nwords; i++) argv[n++] = c->words[i];

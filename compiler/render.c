@@ -374,7 +374,7 @@ static void check_stmts(rk *r) {
 /* The operands statement s reads when printed: a padding that never holds (valid is 0) prints
  * as 0.0f and reads none. */
 static int reads(const rk *r, const lm_stmt *s) {
-  return s->op == LM_S_SELECT && lm_x_is_const(r->x, s->valid, 0) ? 0 : lm_sop_operands(s->op);
+  return s->op == LM_S_SELECT && s->valid && lm_x_is_const(r->x, s->valid, 0) ? 0 : lm_sop_operands(s->op);
 }
 
 /* Live: stores, what they read, and the updates of accumulators someone reads. */

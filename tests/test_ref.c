@@ -153,7 +153,7 @@ static ht ht_broadcast_to(const ht *x, int rank, const int64_t *dim) {
 }
 
 static ht ht_slice(const ht *x, int axis, int64_t start, int64_t end) {
-  int64_t d[LM_MAX_RANK], oi[LM_MAX_RANK];
+  int64_t d[LM_MAX_RANK], oi[LM_MAX_RANK] = {0};
   memcpy(d, x->dim, sizeof d);
   d[axis] = end - start;
   ht y = ht_new(x->rank, d);
@@ -166,7 +166,7 @@ static ht ht_slice(const ht *x, int axis, int64_t start, int64_t end) {
 }
 
 static ht ht_pad(const ht *x, int axis, int64_t before, int64_t after) {
-  int64_t d[LM_MAX_RANK], oi[LM_MAX_RANK];
+  int64_t d[LM_MAX_RANK], oi[LM_MAX_RANK] = {0};
   memcpy(d, x->dim, sizeof d);
   d[axis] = before + x->dim[axis] + after;
   ht y = ht_new(x->rank, d);

@@ -175,7 +175,9 @@ static void written(const lm_plan *p, const lm_kernel *k, uint8_t *w) {
 
 static lm_status add_source(sctx *c, lm_sb *tu, const lm_kernel *k, const char *name) {
   lm_kernel tmp = *k; /* shallow: only the name differs */
-  snprintf(tmp.name, sizeof tmp.name, "%s", name);
+  size_t len = strlen(name);
+  if (len >= sizeof tmp.name) return LM_ERR_INVALID; /* a truncated name could repeat another */
+  memcpy(tmp.name, name, len + 1);
   char *src = lm_render_kernel(c->plan, &tmp, c->dialect);
   if (!src) return LM_ERR_INVALID;
   lm_sb_puts(tu, "\n");
