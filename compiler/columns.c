@@ -61,12 +61,11 @@ static int qualifies(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int6
       }
       if (s->op != LM_S_STORE) continue;
       ok = ok && s->valid && !(lm_x_vars_used(x, s->valid) >> L & 1); /* the same lanes in every column */
-      for (size_t j = 0; j < bs[0]->n + bs[1]->n && ok; j++) { /* what L stores it does not load */
-        const lm_block *bj = j < bs[0]->n ? bs[0] : bs[1];
-        lm_item it = bj->items[j < bs[0]->n ? j : j - bs[0]->n];
-        const lm_stmt *o = &k->stmts[it.id];
-        ok = it.is_loop || !(o->op == LM_S_LOAD && o->local == s->local && o->buf == s->buf);
-      }
+      for (int w2 = 0; w2 < 2 && ok; w2++) /* what L stores it does not load */
+        for (size_t j = 0; j < bs[w2]->n && ok; j++) {
+          const lm_stmt *o = &k->stmts[bs[w2]->items[j].id];
+          ok = bs[w2]->items[j].is_loop || !(o->op == LM_S_LOAD && o->local == s->local && o->buf == s->buf);
+        }
     }
   ok = ok && folds && !x->failed;
   for (size_t i = 0; i < bc->n && ok; i++) { /* the elements stored, relative to the first store */
@@ -113,11 +112,11 @@ static int unroll_block(lm_kernel *k, lm_exprs *x, const lm_item *items, size_t 
     s.valid = s.valid ? lm_x_subst(x, s.valid, vmap, (int)nv) : 0;
     if (x->failed) return -1;
     const lm_stmt *a = &k->stmts[s.a], *b = &k->stmts[s.b];
-    float folded = s.op == LM_S_ADD ? a->f + b->f : a->f * b->f;
+    int consts = (s.op == LM_S_ADD || s.op == LM_S_MUL) && a->op == LM_S_CONST && b->op == LM_S_CONST;
+    float folded = !consts ? 0.0f : s.op == LM_S_ADD ? a->f + b->f : a->f * b->f;
     if ((s.op == LM_S_SELECT || s.op == LM_S_LOAD) && s.valid && lm_x_is_const(x, s.valid, 0))
       s = (lm_stmt){.op = LM_S_CONST, .loop = C, .f = 0.0f};
-    else if ((s.op == LM_S_ADD || s.op == LM_S_MUL) && a->op == LM_S_CONST && b->op == LM_S_CONST &&
-             isfinite(folded)) /* 0 + 0 (a NaN or inf result stays computed) */
+    else if (consts && isfinite(folded)) /* 0 + 0 (a NaN or inf result stays computed) */
       s = (lm_stmt){.op = LM_S_CONST, .loop = C, .f = folded};
     else if (s.op == LM_S_SELECT && s.valid && lm_x_is_const(x, s.valid, 1)) {
       smap[items[i].id] = s.a;

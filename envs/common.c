@@ -72,11 +72,9 @@ lm_tensor lm_env_random_action(const lm_env_spec *env, lm_graph_t *g, lm_dim n_e
     if (env->action.n > 8) return lm_minimum(lm_floor(un), lm_const(g, n - 1.0f));
     /* min(floor(u n), n - 1) counts the j in 1 .. n-1 with j <= u n: a comparison per j is
      * the same integer for every u, and a few of them cost less than floor and minimum */
-    lm_tensor a = lm_mul(un, lm_const(g, 0.0f)); /* n == 1: action 0 (u n is finite) */
-    for (int j = 1; j < env->action.n; j++) {
-      lm_tensor ge = lm_ge(un, lm_const(g, (float)j));
-      a = j == 1 ? ge : lm_add(a, ge);
-    }
+    if (env->action.n == 1) return lm_mul(un, lm_const(g, 0.0f)); /* action 0 (u n is finite) */
+    lm_tensor a = lm_ge(un, lm_const(g, 1.0f));
+    for (int j = 2; j < env->action.n; j++) a = lm_add(a, lm_ge(un, lm_const(g, (float)j)));
     return a;
   }
   int a = env->action.n;
