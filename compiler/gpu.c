@@ -332,7 +332,7 @@ static int choose_staged(gb *b, st_t *s, int64_t budget) {
 }
 
 /* Old block bl into new loop `at`: staged loads read the shared arrays, accesses naming the
- * env are guarded by in_env, loops rebuilt. */
+ * env (staged loads too: the copy ends at the last env) are guarded by in_env, loops rebuilt. */
 static void stage_block(gb *b, const st_t *s, const lm_block *bl, int32_t at, lm_expr in_env) {
   const lm_kernel *k = b->k;
   for (size_t i = 0; i < bl->n && b->ok; i++) {
@@ -347,8 +347,11 @@ static void stage_block(gb *b, const st_t *s, const lm_block *bl, int32_t at, lm
     }
     const lm_stmt *o = &k->stmts[it.id];
     if (o->op == LM_S_LOAD && !o->local && s->stage[o->buf]) {
+      /* a load that names the env reads past the copy in the threads past the last env */
+      lm_expr valid = o->valid ? remap(b, o->valid) : lm_x_const(b->x, 1);
+      if (uses(b->x, o->idx, 0) || uses(b->x, o->valid, 0)) valid = lm_x_simplify(b->x, and_(b->x, valid, in_env), NULL);
       lm_stmt l2 = {.op = LM_S_LOAD, .loop = at, .buf = s->arr[o->buf], .local = 1, .idx = remap(b, o->idx),
-                    .valid = o->valid ? remap(b, o->valid) : lm_x_const(b->x, 1)};
+                    .valid = valid};
       b->smap[it.id] = add(b, l2);
     } else copy(b, it.id, at, in_env, 1);
   }
