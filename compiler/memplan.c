@@ -142,11 +142,12 @@ int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *sym
  * vectorise that loop (even over an inner one it unrolled), and libmvec's SIMD math differs
  * from scalar libm in the last bits, so chunk borders must fall where every thread count puts
  * the same elements in vector lanes. The price: an outer extent below 2*BLOCK runs on one
- * thread. Not so when a loop with a symbolic extent sits inside the outer one: that loop is
- * never unrolled away, so the outer loop is never innermost and never vectorised (C compilers
- * vectorise innermost loops; outer-loop vectorisation and unroll-and-jam are off by default),
- * and chunks may be single iterations: a weight gradient's 64 rows, each a reduction over the
- * minibatch, then run on every thread; so do the env blocks of a fused scan (its time loop).
+ * thread. Not so when a loop that is never unrolled away sits inside the outer one (a symbolic
+ * extent, or a long loop: kept_below): the outer loop is then never innermost and never
+ * vectorised (C compilers vectorise innermost loops; outer-loop vectorisation and
+ * unroll-and-jam are off by default), and chunks may be single iterations: a weight gradient's
+ * 64 rows, each a reduction over the minibatch, then run on every thread; so do the env blocks
+ * of a fused scan (its time loop) and the 16 column panels of a searched 256^3 matmul.
  * A thread is worth starting for about 16384 statements of work (lm_kernel_cost). */
 enum { BLOCK = 64, THREAD_WORK = 16384 };
 
@@ -157,15 +158,26 @@ lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost) {
   return c;
 }
 
-static int symbolic_below(const lm_exprs *x, const lm_kernel *k, const lm_block *b) {
+static int has_loop(const lm_block *b) {
+  for (size_t i = 0; i < b->n; i++)
+    if (b->items[i].is_loop) return 1;
+  return 0;
+}
+
+/* A loop in block b (or below) that no C compiler unrolls away: one of symbolic extent, of 4096
+ * iterations or more, or of 256 or more with a loop inside (GCC peels at most 16 iterations
+ * whole; clang unrolls whole only what stays under a few hundred instructions). */
+static int kept_below(const lm_exprs *x, const lm_kernel *k, const lm_block *b) {
   for (size_t i = 0; i < b->n; i++) {
     if (!b->items[i].is_loop) continue;
     const lm_loop *l = &k->loops[b->items[i].id];
-    if (lm_x_node(x, l->extent)->op != LM_X_CONST || symbolic_below(x, k, &l->body)) return 1;
+    const lm_xnode *e = lm_x_node(x, l->extent);
+    if (e->op != LM_X_CONST || e->v >= 4096 || (e->v >= 256 && has_loop(&l->body)) || kept_below(x, k, &l->body))
+      return 1;
   }
   return 0;
 }
 
 int lm_kernel_fine(const lm_exprs *x, const lm_kernel *k) {
-  return k->npar > 0 && k->nloops > 0 && symbolic_below(x, k, &k->loops[0].body);
+  return k->npar > 0 && k->nloops > 0 && kept_below(x, k, &k->loops[0].body);
 }

@@ -443,10 +443,36 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
       interpret(l.p, &l.p->kernels[ki], 1, &want);
       uint64_t rng = 7 + ki, seen[256];
       size_t nseen = 0;
-      for (int d = 0; d < 50; d++) {
+      /* staged work-group loops, each forced once under a parallel loop (greedy elsewhere): random
+       * draws rarely put one innermost in the parallel domain with a reduction inside */
+      uint32_t staged_nodes[16], *force = malloc((z.ncl + 1) * sizeof *force);
+      int nstaged = 0;
+      for (size_t c = 0; c < z.ncl && nstaged < 16; c++) {
+        const lm_eg_vec *v = &z.s.eg->cnodes[c];
+        for (uint32_t q = 0; q < v->n && nstaged < 16; q++) {
+          const lm_enode *e = lm_eg_node(z.s.eg, v->v[q]);
+          if (e->op == SK_LOOP && sk_loop_of(&z.s, e->attr)->kind == SK_GROUP_STAGED) staged_nodes[nstaged++] = v->v[q];
+        }
+      }
+      for (int d = 0; d < 50 + nstaged; d++) { /* greedy and random, preferring work-groups, forced staging */
         sk_term t;
-        lm_status st = d < 25 ? sk_extract(&z.s, z.root, z.best, NULL, d ? &rng : NULL, 0, NULL, &t)
-                              : sk_extract_preferring(&z.s, z.root, z.best, &rng, SK_GROUP, NULL, &t);
+        lm_status st;
+        if (d < 25) st = sk_extract(&z.s, z.root, z.best, NULL, d ? &rng : NULL, 0, NULL, &t);
+        else if (d < 50) st = sk_extract_preferring(&z.s, z.root, z.best, &rng, SK_GROUP, NULL, &t);
+        else {
+          for (size_t c = 0; c < z.ncl; c++) force[c] = LM_EG_NONE;
+          uint32_t e = staged_nodes[d - 50], ce = lm_eg_find(z.s.eg, z.s.eg->node_cls[e]);
+          force[ce] = e;
+          for (size_t c = 0; c < z.ncl; c++) { /* and a parallel loop around it */
+            const lm_eg_vec *v = &z.s.eg->cnodes[c];
+            for (uint32_t q = 0; q < v->n && force[c] == LM_EG_NONE; q++) {
+              const lm_enode *pe = lm_eg_node(z.s.eg, v->v[q]);
+              if (pe->op == SK_LOOP && sk_loop_of(&z.s, pe->attr)->kind == SK_PAR && lm_eg_find(z.s.eg, pe->c[0]) == ce)
+                force[c] = v->v[q];
+            }
+          }
+          st = sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, NULL, &t);
+        }
         if (st != LM_OK) continue;
         lm_kernel k[2];
         int nk = 0;
@@ -491,6 +517,7 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
         }
         sk_term_free(&t);
       }
+      free(force);
       saturated_free(&z);
     }
     bufs_free(&in), bufs_free(&want), bufs_free(&got);
@@ -626,6 +653,164 @@ Test(genetic, crossover_takes_every_choice_from_a_parent_or_the_greedy_repair) {
   free(child);
   saturated_free(&z);
   lowered_free(&l);
+}
+
+/* Register-tile seeds (sk_tile_seed): the tiles the `tile` rule built, assembled on purpose.
+ * Seed 0 of a 64^3 matmul is a merged 4x16 tile with its sums in a 64-float local array (the
+ * form the C compiler keeps in vector registers); every seed's term takes every forced loop it
+ * reaches, has a joint reduction, and computes what the original kernel computes. */
+Test(genetic, tile_seeds_assemble_register_tiles_that_equal_the_reference) {
+  lowered l = lower(matmul64());
+  lm_plan *p = l.p;
+  saturated z;
+  saturate(&l, 0, &z, "matmul 64^3");
+  int nr, tile = -1, joint = -1;
+  const lm_rule *rules = sk_rules(&nr);
+  for (int r = 0; r < nr; r++) {
+    if (!strcmp(rules[r].name, "tile")) tile = r;
+    if (!strcmp(rules[r].name, "red-joint")) joint = r;
+  }
+  cr_assert(tile >= 0 && joint >= 0);
+  bufs in = bufs_new(p, 3), want = bufs_new(p, 1), got = bufs_new(p, 1);
+  bufs_copy(&want, &in);
+  interpret(p, &p->kernels[0], 1, &want);
+  uint32_t *force = malloc((z.ncl + 1) * sizeof *force), *g = malloc((z.ncl + 1) * sizeof *g);
+  int n = 0, arrays = 0, emitted = 0;
+  for (; n < 64 && sk_tile_seed(&z.s, n, force); n++) {
+    size_t forced = 0;
+    for (size_t c = 0; c < z.ncl; c++) forced += force[c] != LM_EG_NONE;
+    cr_assert_geq(forced, 4, "seed %d forces %zu classes: the tile's loops and its reduction", n, forced);
+    sk_term t;
+    OK(sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, g, &t));
+    for (size_t c = 0; c < z.ncl; c++)
+      cr_assert(force[c] == LM_EG_NONE || g[c] == LM_EG_NONE || g[c] == force[c],
+                "seed %d: class %zu took node %u, not the forced %u", n, c, g[c], force[c]);
+    int rounding = 0;
+    uint64_t used = sk_term_rules(&z.s, &t, &rounding);
+    /* a node is credited to the rule that made it first: split, swap and unroll make some tiles too */
+    cr_assert(n > 0 || (used >> tile & 1), "seed 0: the term does not use the tile rule");
+    cr_assert(used >> joint & 1, "seed %d: the term has no joint reduction", n);
+    cr_assert(!rounding, "seed %d: a tile sums in the original order", n);
+    lm_kernel k;
+    lm_status st = sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k);
+    cr_assert(st == LM_OK || (n > 0 && st == LM_ERR_INVALID), "seed %d: %s", n, lm_last_error());
+    if (st != LM_OK) { /* unrolled scalar tiles past the emitter's limits: not schedulable */
+      cr_log_info("seed %d: %s", n, z.s.why);
+      sk_term_free(&t);
+      continue;
+    }
+    emitted++;
+    if (n == 0) {
+      cr_assert_eq(k.nlocals, 1, "seed 0: %zu local arrays", k.nlocals);
+      cr_assert_eq(k.locals[0], 64, "seed 0: the sums of a 4x16 tile in one array, not %lld",
+                   (long long)k.locals[0]);
+      cr_assert_eq(k.npar, 1, "seed 0: the tiles as one parallel loop");
+      cr_assert_eq(lm_x_eval(&p->g->x, k.loops[0].extent, NULL, NULL), 64, "seed 0: 16 x 4 tiles");
+    }
+    arrays += k.nlocals > 0;
+    bufs_copy(&got, &in);
+    interpret(p, &k, 1, &got);
+    expect_close(p, &got, &want, 1, 1, "tile seed");
+    lm_kernel_free(&k);
+    sk_term_free(&t);
+  }
+  cr_log_info("matmul 64^3: %d tile seeds, %d emitted, %d with array accumulators", n, emitted, arrays);
+  cr_assert_geq(emitted, 8, "only %d of %d tile seeds emitted (tiles 4x16, 4x8, 2x16, 8x8, 2x32; nested or merged)",
+                emitted, n);
+  cr_assert_geq(arrays, 4, "only %d seeds keep their sums in an array", arrays);
+  cr_assert_eq(sk_tile_seed(&z.s, 100000, force), 0);
+  cr_assert_eq(sk_tile_seed(&z.s, -1, force), 0);
+  free(force);
+  free(g);
+  bufs_free(&in);
+  bufs_free(&want);
+  bufs_free(&got);
+  saturated_free(&z);
+  lowered_free(&l);
+}
+
+/* Packing (pack.c): a matmul's column panels (tile seeds whose column tiles are the parallel
+ * loop and whose row tiles run in order inside) get B's panel copied once per panel into a
+ * 64 x 16 local array that the tile's loads read; every seed, packed or not, and every
+ * candidate of an Adam update (which reads and writes the same buffers: nothing there is packed
+ * that is written) computes bitwise what the unpacked kernel computes. */
+Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
+  lowered l = lower(matmul64());
+  lm_plan *p = l.p;
+  saturated z;
+  saturate(&l, 0, &z, "matmul 64^3");
+  bufs in = bufs_new(p, 3), want = bufs_new(p, 1), got = bufs_new(p, 1);
+  uint32_t *force = malloc((z.ncl + 1) * sizeof *force);
+  int packed = 0, panels = 0;
+  for (int n = 0; n < 64 && sk_tile_seed(&z.s, n, force); n++) {
+    sk_term t;
+    OK(sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, NULL, &t));
+    lm_kernel k, pk;
+    if (sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k) != LM_OK) {
+      sk_term_free(&t);
+      continue;
+    }
+    OK(sk_kernel_copy(&k, &pk));
+    int r = sk_pack_kernel(p, &pk);
+    cr_assert_geq(r, 0);
+    if (r > 0) {
+      packed++;
+      cr_assert_eq(pk.nlocals, k.nlocals + (size_t)r, "seed %d: one local array per packed operand", n);
+      int panel = 0;
+      for (size_t a = k.nlocals; a < pk.nlocals; a++) panel |= pk.locals[a] == 64 * 16;
+      panels += panel;
+      size_t global = 0, global_packed = 0; /* loads of the inputs: the copy's instead of the tile's */
+      for (size_t i = 0; i < k.nstmts; i++) global += k.stmts[i].op == LM_S_LOAD && !k.stmts[i].local;
+      for (size_t i = 0; i < pk.nstmts; i++) global_packed += pk.stmts[i].op == LM_S_LOAD && !pk.stmts[i].local;
+      cr_assert_eq(global_packed, global, "seed %d: each packed load is replaced by its copy's load", n);
+      bufs_copy(&want, &in);
+      interpret(p, &k, 1, &want);
+      bufs_copy(&got, &in);
+      interpret(p, &pk, 1, &got);
+      expect_close(p, &got, &want, 1, 1, "a packed tile");
+      OK(sk_kernel_copy(&k, &pk)); /* the kernel it came from is untouched: packing again packs as much */
+    }
+    lm_kernel_free(&pk);
+    lm_kernel_free(&k);
+    sk_term_free(&t);
+  }
+  cr_log_info("matmul 64^3: %d tile seeds packed, %d with a 64 x 16 panel of B", packed, panels);
+  cr_assert_geq(panels, 1, "no seed had B's panel packed");
+  free(force);
+  bufs_free(&in), bufs_free(&want), bufs_free(&got);
+  saturated_free(&z);
+  lowered_free(&l);
+
+  lowered a = lower(adam());
+  int tried = 0;
+  for (uint32_t ki = 0; ki < a.p->nkernels; ki++) {
+    saturated za;
+    saturate(&a, ki, &za, "adam");
+    bufs ina = bufs_new(a.p, 4), wa = bufs_new(a.p, 1), ga = bufs_new(a.p, 1);
+    uint64_t rng = 3 + ki;
+    for (int d = 0; d < 40; d++) {
+      sk_term t;
+      if (sk_extract(&za.s, za.root, za.best, NULL, d ? &rng : NULL, 0, NULL, &t) != LM_OK) continue;
+      lm_kernel k, pk;
+      if (sk_emit_kernel(&za.s, &t, t.root, &a.p->kernels[ki], &k) == LM_OK) {
+        OK(sk_kernel_copy(&k, &pk));
+        cr_assert_geq(sk_pack_kernel(a.p, &pk), 0);
+        bufs_copy(&wa, &ina);
+        interpret(a.p, &k, 1, &wa);
+        bufs_copy(&ga, &ina);
+        interpret(a.p, &pk, 1, &ga);
+        expect_close(a.p, &ga, &wa, 1, 1, "an adam candidate, packed");
+        tried++;
+        lm_kernel_free(&pk);
+        lm_kernel_free(&k);
+      }
+      sk_term_free(&t);
+    }
+    bufs_free(&ina), bufs_free(&wa), bufs_free(&ga);
+    saturated_free(&za);
+  }
+  cr_assert_gt(tried, 10);
+  lowered_free(&a);
 }
 
 Test(genetic, mutation_draws_a_few_classes_again_and_keeps_the_rest) {
@@ -965,6 +1150,17 @@ Test(search, candidates_are_launched_cut_over_threads_as_the_cpu_backend_cuts_th
     cr_assert_eq(calls[0][1], 32);
     cr_assert_eq(calls[1][0], 32);
     cr_assert_eq(calls[1][1], 64);
+  }
+  { /* 64 rows of 64 x 1024 times 1024 x 64: the k loop (1024 iterations, a loop inside) is never
+     * unrolled away, so rows are cut apart */
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){64, 1024});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){1024, 64});
+    cr_assert_eq(lm_output(lm_matmul(a, w), "c"), LM_OK);
+    cr_assert_eq(bench_calls(g, NULL, 0, &cut), 2, "a 64-row matmul with a long k ran in %d calls", ncalls);
+    cr_assert_eq(cut.unit, 1);
+    cr_assert_eq(calls[0][1], 32);
+    cr_assert_eq(calls[1][0], 32);
   }
   { /* 1000 additions are not worth a second thread */
     lm_graph_t *g = lm_graph_new();

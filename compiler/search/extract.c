@@ -6,6 +6,7 @@
  * choice of one of two parents). The result is a term DAG (term.h), hash-consed so equal
  * subterms are shared. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "search/search-impl.h"
@@ -276,6 +277,163 @@ lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, u
   tb b = {.s = s, .g = s->eg, .best = best, .genome = genome, .rng = rng, .greedy_p = 0.85, .prefer_kind = kind,
           .t = out};
   return extract(&b, root);
+}
+
+/* ---------------------------------------------------------------- register-tile seeds */
+
+/* A tile the `tile` rule built: loops over the tile's outer pieces (two nested, or one merged),
+ * then the tile's rows (unrolled) and its columns (a loop: the joint sums in a local array the C
+ * compiler keeps in vector registers; unrolled: scalar accumulators). */
+typedef struct seed {
+  uint32_t c1, n1, c2, n2, c3, n3, c4, n4, ai, bi;
+  int rank; /* lower first: array accumulators, unit-stride columns, merged tiles, 4x16 */
+} seed;
+
+static int is_loop(lm_sk *s, const lm_enode *n, uint32_t type, uint32_t a, uint32_t b, int kind, uint32_t *piece) {
+  if (n->op != SK_LOOP) return 0;
+  const sk_loopattr *la = sk_loop_of(s, n->attr);
+  const sk_piece *p = sk_piece_of(s, la->piece);
+  if (p->type != type || p->a != a || p->b != b || (kind >= 0 && la->kind != (uint32_t)kind)) return 0;
+  *piece = la->piece;
+  return 1;
+}
+
+/* Do the stores under class c (the first of each effect class) step by one element along the
+ * whole variable of piece p? Columns so are a tile's vectors. */
+static int unit_stride(lm_sk *s, uint32_t c, uint32_t p) {
+  lm_egraph *g = s->eg;
+  const sk_piece *q = sk_piece_of(s, p);
+  if (q->type != SKP_ORIG || q->a >= s->nvars) return 0;
+  for (int depth = 0; depth < 8; depth++) {
+    const lm_eg_vec *v = &g->cnodes[lm_eg_find(g, c)];
+    if (!v->n) return 0;
+    const lm_enode *n = lm_eg_node(g, v->v[0]);
+    if (n->op == SK_STORE) {
+      const sk_access *ac = sk_access_of(s, n->attr);
+      lm_expr *map = lm_calloc(s->nvars + 1, sizeof *map);
+      if (!map) return 0;
+      for (size_t i = 0; i < s->nvars; i++) map[i] = lm_x_var(s->x, (int32_t)i);
+      map[q->a] = lm_x_add(s->x, map[q->a], lm_x_const(s->x, 1));
+      lm_expr d = lm_x_simplify(s->x, lm_x_sub(s->x, lm_x_subst(s->x, ac->idx, map, (int)s->nvars), ac->idx), NULL);
+      lm_free(map);
+      return lm_x_is_const(s->x, d, 1);
+    }
+    if (n->op != SK_SEQ && n->op != SK_LOOP) return 0;
+    c = n->c[0];
+  }
+  return 0;
+}
+
+/* Tiles under classes c3 (rows) and c4 (columns) for outer pieces ao and bo. */
+static void seeds_below(lm_sk *s, seed base, uint32_t ao, uint32_t bo, seed *out, int *n, int cap) {
+  lm_egraph *g = s->eg;
+  const sk_piece *pa = sk_piece_of(s, ao), *pb = sk_piece_of(s, bo);
+  const lm_eg_vec *v3 = &g->cnodes[base.c3];
+  for (uint32_t i = 0; i < v3->n && *n < cap; i++) {
+    const lm_enode *n3 = lm_eg_node(g, v3->v[i]);
+    uint32_t ai, bi;
+    if (!is_loop(s, n3, SKP_IN, pa->a, pa->b, SK_UNROLL, &ai)) continue;
+    uint32_t c4 = lm_eg_find(g, n3->c[0]);
+    const lm_eg_vec *v4 = &g->cnodes[c4];
+    for (uint32_t k = 0; k < v4->n && *n < cap; k++) {
+      const lm_enode *n4 = lm_eg_node(g, v4->v[k]);
+      int arr = is_loop(s, n4, SKP_IN, pb->a, pb->b, SK_SER, &bi);
+      if (!arr && !is_loop(s, n4, SKP_IN, pb->a, pb->b, SK_UNROLL, &bi)) continue;
+      seed d = base;
+      d.n3 = v3->v[i], d.c4 = c4, d.n4 = v4->v[k], d.ai = ai, d.bi = bi;
+      d.rank = (arr ? 0 : 8) + (unit_stride(s, n4->c[0], pb->a) ? 0 : 4) + (base.c2 == LM_EG_NONE ? 0 : 2) +
+               (pa->b == 4 && pb->b == 16 ? 0 : 1);
+      out[(*n)++] = d;
+    }
+  }
+}
+
+static int find_seeds(lm_sk *s, seed *out, int cap) {
+  lm_egraph *g = s->eg;
+  int n = 0;
+  for (size_t c = 0; c < g->nclasses && n < cap; c++) {
+    if (g->uf[c] != c) continue;
+    const lm_eg_vec *v = &g->cnodes[c];
+    for (uint32_t i = 0; i < v->n && n < cap; i++) {
+      const lm_enode *n1 = lm_eg_node(g, v->v[i]);
+      if (n1->op != SK_LOOP || !((const sk_data *)lm_eg_data(g, n1->c[0]))->has_red) continue;
+      uint32_t p1 = sk_loop_of(s, n1->attr)->piece;
+      const sk_piece *q1 = sk_piece_of(s, p1);
+      seed base = {.c1 = (uint32_t)c, .n1 = v->v[i], .c2 = LM_EG_NONE, .n2 = LM_EG_NONE};
+      if (q1->type == SKP_MERGE) {
+        const sk_piece *qa = sk_piece_of(s, q1->a), *qb = sk_piece_of(s, q1->b);
+        if (qa->type != SKP_OUT || qb->type != SKP_OUT) continue;
+        base.c3 = lm_eg_find(g, n1->c[0]);
+        seeds_below(s, base, q1->a, q1->b, out, &n, cap);
+      } else if (q1->type == SKP_OUT) {
+        base.c2 = lm_eg_find(g, n1->c[0]);
+        const lm_eg_vec *v2 = &g->cnodes[base.c2];
+        for (uint32_t k = 0; k < v2->n && n < cap; k++) {
+          const lm_enode *n2 = lm_eg_node(g, v2->v[k]);
+          if (n2->op != SK_LOOP) continue;
+          uint32_t p2 = sk_loop_of(s, n2->attr)->piece;
+          const sk_piece *q2 = sk_piece_of(s, p2);
+          if (q2->type != SKP_OUT || q2->a == q1->a) continue;
+          base.n2 = v2->v[k];
+          base.c3 = lm_eg_find(g, n2->c[0]);
+          seeds_below(s, base, p1, p2, out, &n, cap); /* row tiles outside */
+          seeds_below(s, base, p2, p1, out, &n, cap); /* column panels outside */
+        }
+      }
+    }
+  }
+  return n;
+}
+
+/* The reductions under class c computed jointly over the tile (ai, bi): forced where offered. */
+static void force_joint(lm_sk *s, uint32_t c, uint32_t ai, uint32_t bi, uint32_t *force, uint8_t *seen, int depth) {
+  lm_egraph *g = s->eg;
+  c = lm_eg_find(g, c);
+  if (seen[c] || depth > 24) return;
+  seen[c] = 1;
+  const lm_eg_vec *v = &g->cnodes[c];
+  for (uint32_t i = 0; i < v->n; i++) {
+    const lm_enode *n = lm_eg_node(g, v->v[i]);
+    if (n->op == SK_RED) {
+      const sk_redattr *r = sk_red_of(s, n->attr);
+      if (r->nj == 2 && r->joint[0] == ai && r->joint[1] == bi && !r->swap && r->lanes == 1) force[c] = v->v[i];
+      continue;
+    }
+    if (force[c] == LM_EG_NONE || force[c] == v->v[i])
+      for (int k = 0; k < n->n; k++)
+        if (((const sk_data *)lm_eg_data(g, n->c[k]))->has_red) force_joint(s, n->c[k], ai, bi, force, seen, depth + 1);
+  }
+}
+
+static int cmp_seed(const void *a, const void *b) {
+  const seed *x = a, *y = b;
+  return x->rank != y->rank ? x->rank - y->rank : x->n1 < y->n1 ? -1 : x->n1 > y->n1;
+}
+
+int sk_tile_seed(lm_sk *s, int which, uint32_t *force) {
+  enum { CAP = 256 };
+  seed *all = lm_malloc(CAP * sizeof *all);
+  uint8_t *seen = lm_calloc(s->eg->nclasses + 1, 1);
+  int n = all && seen ? find_seeds(s, all, CAP) : 0, ok = 0;
+  size_t ncl = s->eg->nclasses;
+  if (n) qsort(all, (size_t)n, sizeof *all, cmp_seed);
+  for (int i = 0, valid = 0; i < n && which >= 0 && !ok; i++) { /* seeds with a joint reduction over the tile */
+    const seed *d = &all[i];
+    for (size_t c = 0; c < ncl; c++) force[c] = LM_EG_NONE;
+    memset(seen, 0, ncl + 1);
+    force_joint(s, lm_eg_node(s->eg, d->n4)->c[0], d->ai, d->bi, force, seen, 0);
+    int joint = 0;
+    for (size_t c = 0; c < ncl && !joint; c++) joint = force[c] != LM_EG_NONE;
+    if (!joint || valid++ < which) continue;
+    force[d->c1] = d->n1;
+    if (d->c2 != LM_EG_NONE) force[d->c2] = d->n2;
+    force[d->c3] = d->n3;
+    force[d->c4] = d->n4;
+    ok = 1;
+  }
+  lm_free(all);
+  lm_free(seen);
+  return ok;
 }
 
 /* A split loop's neighbour in its class: the same loop split by twice or half the factor (a 4x8

@@ -99,8 +99,11 @@ static int merge_apply(void *ctx, lm_egraph *g, const lm_match *m) {
 }
 
 /* tile: a register tile of fa x fb iterations of two nested loops whose body reduces, the
- * tile's loops innermost and unrolled (a joint reduction over them then keeps its sums in
- * scalar accumulators: the register-blocked matmul micro-kernel). */
+ * tile's loops innermost: both unrolled (a joint reduction over them then keeps its sums in
+ * scalar accumulators: the register-blocked matmul micro-kernel), or the rows unrolled and the
+ * columns a loop (the sums in a local array, which the C compiler keeps in vector registers).
+ * Tiles of two parallel loops also come merged into one loop, and as panels: the column tiles
+ * parallel, the row tiles in order inside (what packing a panel of B needs: pack.c). */
 static int tile_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *a = loop_at(s, g, m, 0), *b = loop_at(s, g, m, 1);
@@ -120,13 +123,19 @@ static int tile_apply(void *ctx, lm_egraph *g, const lm_match *m) {
     uint32_t ao = sk_piece_new(s, SKP_OUT, a.piece, fa), ai = sk_piece_new(s, SKP_IN, a.piece, fa);
     uint32_t bo = sk_piece_new(s, SKP_OUT, b.piece, fb), bi = sk_piece_new(s, SKP_IN, b.piece, fb);
     if (ao == UINT32_MAX || ai == UINT32_MAX || bo == UINT32_MAX || bi == UINT32_MAX) continue;
-    uint32_t l4 = mk(g, SK_LOOP, sk_loopattr_new(s, bi, SK_UNROLL), 1, m->var[0], 0);
-    uint32_t l3 = mk(g, SK_LOOP, sk_loopattr_new(s, ai, SK_UNROLL), 1, l4, 0);
-    uint32_t l2 = mk(g, SK_LOOP, sk_loopattr_new(s, bo, b.kind), 1, l3, 0);
-    made += join(g, m->root, mk(g, SK_LOOP, sk_loopattr_new(s, ao, a.kind), 1, l2, 0));
-    if (a.kind == SK_PAR && b.kind == SK_PAR) { /* the tiles as one loop: more of them for the threads */
-      uint32_t mo = sk_piece_new(s, SKP_MERGE, ao, bo);
-      if (mo != UINT32_MAX) made += join(g, m->root, mk(g, SK_LOOP, sk_loopattr_new(s, mo, SK_PAR), 1, l3, 0));
+    for (int arr = 0; arr < 2; arr++) {
+      uint32_t l4 = mk(g, SK_LOOP, sk_loopattr_new(s, bi, arr ? SK_SER : SK_UNROLL), 1, m->var[0], 0);
+      uint32_t l3 = mk(g, SK_LOOP, sk_loopattr_new(s, ai, SK_UNROLL), 1, l4, 0);
+      uint32_t l2 = mk(g, SK_LOOP, sk_loopattr_new(s, bo, b.kind), 1, l3, 0);
+      made += join(g, m->root, mk(g, SK_LOOP, sk_loopattr_new(s, ao, a.kind), 1, l2, 0));
+      if (a.kind == SK_PAR && b.kind == SK_PAR) { /* the tiles as one loop: more of them for the threads */
+        uint32_t mo = sk_piece_new(s, SKP_MERGE, ao, bo);
+        if (mo != UINT32_MAX) made += join(g, m->root, mk(g, SK_LOOP, sk_loopattr_new(s, mo, SK_PAR), 1, l3, 0));
+      }
+      if (arr && a.kind == SK_PAR && b.kind == SK_PAR) { /* a panel of columns per thread, its rows in order */
+        uint32_t r2 = mk(g, SK_LOOP, sk_loopattr_new(s, ao, SK_SER), 1, l3, 0);
+        made += join(g, m->root, mk(g, SK_LOOP, sk_loopattr_new(s, bo, SK_PAR), 1, r2, 0));
+      }
     }
   }
   return made;

@@ -22,6 +22,12 @@ lm_status sk_extract(lm_sk *s, uint32_t root, const uint32_t *best, const uint32
  * rare mappings (SK_GROUP) get drawn at all. */
 lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, uint64_t *rng, int kind,
                                 uint32_t *genome, sk_term *out);
+/* Seed `which` (0, 1, ...) of the register tiles the `tile` rule built, as a force map (a node per
+ * class, LM_EG_NONE elsewhere): the tile's loops and the joint reductions over it; array
+ * accumulators, columns along the stores' unit stride, merged tiles and 4x16 first. 0 when there is
+ * no such seed. Random genomes rarely assemble a tile (four loop choices and a reduction form must
+ * agree). */
+int sk_tile_seed(lm_sk *s, int which, uint32_t *force);
 /* The genetic search's operators; genomes are arrays of eg->nclasses (node per class,
  * LM_EG_NONE where the term does not reach). Both take a parent's node only where it fits its
  * context (a joint reduction under loops over its pieces) and repair cycles with the greedy node.
@@ -37,6 +43,12 @@ lm_status sk_crossover(lm_sk *s, uint32_t root, const uint32_t *best, const uint
 /* Classes reachable from root (into classes, which may be NULL) and the number of terms (capped). */
 double sk_space(lm_sk *s, uint32_t root, uint32_t *classes, size_t *n);
 uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding);
+
+/* ---- packing (pack.c) */
+/* Copies each read-only operand a serial loop reads alike in every iteration (256..4096 floats
+ * over the serial loops inside it) into a local array before the loop, the loads reading the
+ * copy; the number of operands packed (0: the kernel is unchanged), -1 when memory ran out. */
+int sk_pack_kernel(const lm_plan *p, lm_kernel *k);
 
 /* ---- measurement (measure.c) */
 typedef void (*sk_kernel_fn)(float *const *B, const int64_t *S, const uint64_t *R, int64_t start, int64_t end);
@@ -155,6 +167,8 @@ void sk_trace_free(sk_trace *tr);
  * default SK_GA_GENERATIONS; it also stops after SK_GA_STALL generations without a 1% gain. */
 #define SK_GA_GENERATIONS 12
 #define SK_GA_STALL 3
+/* register-tile seeds tried per kernel in generation 0 (each twice: greedy and random elsewhere) */
+#define SK_TILE_SEEDS 6
 
 #define LM_SEARCH_VERSION "lumen-search-1"
 

@@ -67,6 +67,7 @@ typedef struct cand {
   uint8_t part;     /* the translation unit it was compiled in (compile_jobs) */
   uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
   int gen;          /* generation that made it */
+  int seed;         /* a register tile assembled on purpose (sk_tile_seed) */
   char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
 } cand;
 
@@ -323,6 +324,7 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
   lm_free(pre);
   c->cc_s += lm_search_now() - t0;
   c->cc_n += (double)built;
+  if (built) logf_(c, "  (compiled %zu candidates in %.2f s)\n", built, lm_search_now() - t0);
 }
 
 /* ---------------------------------------------------------------- the default schedule */
@@ -402,7 +404,7 @@ static uint64_t source_hash(sctx *c, const lm_kernel *k) {
  * else -1 (its source is there: a genome is kept for a candidate that had none, so the default
  * schedule's twin among the extractions can be a parent) or -2 (not schedulable as chosen). */
 static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t *genome, int gen, const char *op,
-                      lm_kernel *k, int gpu);
+                      lm_kernel *k, int variant);
 
 /* On a device with work-group schedules, the term's kernel is tried both as emitted (one thread
  * per point of its parallel loops) and under the schedules of compiler/gpu.c where they apply:
@@ -421,6 +423,9 @@ static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t 
     if (!c->o->allow_rounding) go.tree_reductions = 0; /* trees sum in another order */
     if (!gpu_one(c->plan, &g, &go)) lm_kernel_free(&g), gpu = 0;
   }
+  lm_kernel pk; /* on the cpu, read-only operands packed too where that applies */
+  int pack = !c->dev && sk_kernel_copy(&k, &pk) == LM_OK;
+  if (pack && sk_pack_kernel(c->plan, &pk) <= 0) lm_kernel_free(&pk), pack = 0;
   int r = add_kernel(c, s, j, t, genome, gen, op, &k, 0);
   if (gpu) {
     char op2[48];
@@ -428,18 +433,24 @@ static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t 
     int r2 = add_kernel(c, s, j, t, genome, gen, op2, &g, 1);
     if (r < 0) r = r2;
   }
+  if (pack) {
+    char op2[48];
+    snprintf(op2, sizeof op2, "%.40s+pack", op);
+    int r2 = add_kernel(c, s, j, t, genome, gen, op2, &pk, 2);
+    if (r < 0) r = r2;
+  }
   return r;
 }
 
 static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t *genome, int gen, const char *op,
-                      lm_kernel *k, int gpu) {
+                      lm_kernel *k, int variant) {
   size_t ncl = s->eg->nclasses;
   cand d;
   memset(&d, 0, sizeof d);
   d.k = *k; /* owned from here */
   memset(k, 0, sizeof *k);
-  d.gpu = gpu;
-  d.rounding = gpu && c->dev->gpu->tree_reductions && c->o->allow_rounding;
+  d.gpu = variant == 1;
+  d.rounding = variant == 1 && c->dev->gpu->tree_reductions && c->o->allow_rounding;
   d.hash = source_hash(c, &d.k);
   if (!d.hash) {
     logf_(c, "  (an emitted kernel did not render: %s)\n", lm_last_error());
@@ -454,10 +465,11 @@ static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_
       return -1;
     }
   char *term = sk_term_print(s, t);
-  if (term && gpu) { /* the cache keeps the variant: "gpu " before the term */
-    size_t n = strlen(term);
-    char *g2 = lm_malloc(n + 5);
-    if (g2) memcpy(g2, "gpu ", 4), memcpy(g2 + 4, term, n + 1);
+  if (term && variant) { /* the cache keeps the variant: "gpu " or "pack " before the term */
+    const char *pre = variant == 1 ? "gpu " : "pack ";
+    size_t n = strlen(term), np = strlen(pre);
+    char *g2 = lm_malloc(n + np + 1);
+    if (g2) memcpy(g2, pre, np), memcpy(g2 + np, term, n + 1);
     lm_free(term);
     term = g2;
   }
@@ -561,6 +573,23 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
         j->samples++;
       }
     } else {
+      /* register tiles assembled on purpose, the rest of the term greedy and then random */
+      uint32_t *took_g = genome ? genome : lm_malloc((ncl + 1) * sizeof *took_g);
+      for (int w = 0; took_g && w < SK_TILE_SEEDS && time_left(c) && sk_tile_seed(s, w, force); w++)
+        for (int r = 0; r < 2; r++) {
+          if (sk_extract(s, root, best, force, r ? &c->rng : NULL, 1.0, took_g, &t) == LM_OK) {
+            /* a seed only where the term took the tile (its loops may sit under a class the
+             * extraction did not reach): else it is one more random sample */
+            int took = 1, reached = 0;
+            for (size_t q = 0; q < ncl; q++)
+              if (force[q] != LM_EG_NONE && took_g[q] != LM_EG_NONE) reached = 1, took &= took_g[q] == force[q];
+            int at = add_term(c, s, j, &t, genome, 0, !(took && reached) ? "random" : r ? "tile-seed+random" : "tile-seed");
+            if (at > 0) j->c[at].seed = took && reached;
+            sk_term_free(&t);
+          }
+          j->samples++;
+        }
+      if (took_g != genome) lm_free(took_g);
       for (int n = 0; n < o->samples && time_left(c); n++) {
         if (sk_extract(s, root, best, NULL, &c->rng, 0, genome, &t) == LM_OK) {
           add_term(c, s, j, &t, genome, 0, "random");
@@ -603,6 +632,15 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
     size_t at = 1 + top;
     for (size_t i = at; i < j->nc && at < 1 + top + keep / 6; i++)
       if (j->c[i].k.group && !j->c[i].gpu) {
+        cand tmp = j->c[at];
+        j->c[at] = j->c[i];
+        j->c[i] = tmp;
+        at++;
+      }
+    top = at - 1;
+    /* then the tile seeds the estimate ranked below the cut (up to a third) */
+    for (size_t i = at, cut = at + keep / 3; i < j->nc && at < cut && at < 1 + keep; i++)
+      if (j->c[i].seed) {
         cand tmp = j->c[at];
         j->c[at] = j->c[i];
         j->c[i] = tmp;
@@ -902,8 +940,11 @@ done:
 /* ---------------------------------------------------------------- applying decisions */
 
 static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kernel *out) {
-  int gpu = !strncmp(text, "gpu ", 4);
+  int gpu = !strncmp(text, "gpu ", 4), pack = !strncmp(text, "pack ", 5);
   if (gpu) text += 4;
+  if (pack) text += 5;
+  if (pack && c->dev)
+    return lm_fail(LM_ERR_INVALID, "search: a packed cpu kernel in the cache of a device");
   if (gpu && !(c->dev && c->dev->gpu))
     return lm_fail(LM_ERR_INVALID, "search: a work-group schedule in the cache of a device without them");
   lm_sk s;
@@ -924,6 +965,10 @@ static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kerne
   if (st == LM_OK && gpu && !gpu_one(c->plan, out, &go)) {
     lm_kernel_free(out);
     st = lm_fail(LM_ERR_INVALID, "search: the cached work-group schedule no longer applies");
+  }
+  if (st == LM_OK && pack && sk_pack_kernel(c->plan, out) <= 0) {
+    lm_kernel_free(out);
+    st = lm_fail(LM_ERR_INVALID, "search: the cached packing no longer applies");
   }
   return st;
 }
