@@ -2006,6 +2006,14 @@ static int bench_search(const opts *o) {
     rc |= search_row("matmul 256^3", g, NULL, NULL, 0, budget, o->search_device);
     lm_graph_free(g);
   }
+  if (!o->quick) { /* 1024^3: B no longer fits in L2, packing its panels pays */
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){1024, 1024});
+    lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){1024, 1024});
+    lm_output(lm_matmul(a, b), "c");
+    rc |= search_row("matmul 1024^3", g, NULL, NULL, 0, budget, o->search_device);
+    lm_graph_free(g);
+  }
   const lm_env_spec *env = lm_env_find("cartpole");
   lm_ppo_config cfg = lm_ppo_defaults(env);
   lm_train_graph tg[4];

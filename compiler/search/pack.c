@@ -11,8 +11,8 @@
 
 enum {
   PACK_MIN = 256,   /* floats: a smaller copy is not worth its loop */
-  PACK_MAX = 4096,  /* floats per copy (16 KB: half of L1) */
-  PACK_TOTAL = 8192 /* floats per kernel */
+  PACK_MAX = 16384,  /* floats per copy (64 KB: a 1024 x 16 panel; contiguous, it streams from L2) */
+  PACK_TOTAL = 32768 /* floats per kernel (the copies live on the stack of the thread) */
 };
 
 /* Is loop a the loop l or one around it? */

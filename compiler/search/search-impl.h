@@ -45,7 +45,7 @@ double sk_space(lm_sk *s, uint32_t root, uint32_t *classes, size_t *n);
 uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding);
 
 /* ---- packing (pack.c) */
-/* Copies each read-only operand a serial loop reads alike in every iteration (256..4096 floats
+/* Copies each read-only operand a serial loop reads alike in every iteration (256..16384 floats
  * over the serial loops inside it) into a local array before the loop, the loads reading the
  * copy; the number of operands packed (0: the kernel is unchanged), -1 when memory ran out. */
 int sk_pack_kernel(const lm_plan *p, lm_kernel *k);

@@ -504,6 +504,27 @@ static lm_status default_cand(sctx *c, job *j) {
   return LM_OK;
 }
 
+/* A kernel whose default schedule takes milliseconds cannot afford the random tail: a candidate
+ * estimated at several times its cost has run 10-200x slower (a 1024^3 matmul's took seconds a
+ * run), so those beyond 3x the default's estimate are dropped from [from, nc) before compiling.
+ * Below that the estimate is too rough to judge by (winners have had 2-5x the default's). */
+enum { SLOW_KERNEL_US = 2000 };
+static void prune_slow(sctx *c, job *j, size_t from) {
+  if (!j->nc || !(j->c[0].time >= SLOW_KERNEL_US * 1e-6) || !(j->c[0].est > 0)) return;
+  size_t w = from, dropped = 0;
+  for (size_t n = from; n < j->nc; n++) {
+    if (j->c[n].est > 3 * j->c[0].est && !j->c[n].fn) {
+      cand_free(&j->c[n]);
+      dropped++;
+      continue;
+    }
+    if (w != n) j->c[w] = j->c[n], memset(&j->c[n], 0, sizeof j->c[n]);
+    w++;
+  }
+  j->nc = w;
+  if (dropped) logf_(c, "  %zu candidates estimated at over 3x the default's cost dropped (a slow kernel)\n", dropped);
+}
+
 /* Generation 0 of a kernel: the greedy term, then every term when the space is small, else
  * random genomes; emitted, deduplicated by source, ranked by the static estimate and cut to
  * max_candidates (the best two thirds and a random third). A large space keeps its e-graph and
@@ -622,6 +643,7 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
   if (st != LM_OK) return st;
   j->distinct = (int)j->nc - 1;
   j->generations = 1;
+  prune_slow(c, j, 1);
   /* keep the best by estimate and a few random others */
   if (j->nc > 1) qsort(j->c + 1, j->nc - 1, sizeof *j->c, cmp_est);
   size_t keep = (size_t)(o->max_candidates > 0 ? o->max_candidates : 24);
@@ -835,6 +857,7 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
       if (r == -1) dup++;
       else if (r < 0) unsched++;
     }
+    prune_slow(c, j, from);
     size_t made = j->nc - from;
     if (!made) {
       why = "no new distinct candidate";
