@@ -158,21 +158,27 @@ lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost) {
   return c;
 }
 
-static int has_loop(const lm_block *b) {
-  for (size_t i = 0; i < b->n; i++)
-    if (b->items[i].is_loop) return 1;
+/* Does block b hold a loop of 4 or more iterations (or of symbolic extent)? */
+static int has_loop(const lm_exprs *x, const lm_kernel *k, const lm_block *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    if (!b->items[i].is_loop) continue;
+    const lm_xnode *e = lm_x_node(x, k->loops[b->items[i].id].extent);
+    if (e->op != LM_X_CONST || e->v >= 4) return 1;
+  }
   return 0;
 }
 
 /* A loop in block b (or below) that no C compiler unrolls away: one of symbolic extent, of 4096
- * iterations or more, or of 256 or more with a loop inside (GCC peels at most 16 iterations
- * whole; clang unrolls whole only what stays under a few hundred instructions). */
+ * iterations or more, or of 256 or more around a loop of 4 or more (GCC peels at most 16
+ * iterations whole; clang unrolls whole only what stays under a few hundred instructions, and
+ * this one would be over a thousand). */
 static int kept_below(const lm_exprs *x, const lm_kernel *k, const lm_block *b) {
   for (size_t i = 0; i < b->n; i++) {
     if (!b->items[i].is_loop) continue;
     const lm_loop *l = &k->loops[b->items[i].id];
     const lm_xnode *e = lm_x_node(x, l->extent);
-    if (e->op != LM_X_CONST || e->v >= 4096 || (e->v >= 256 && has_loop(&l->body)) || kept_below(x, k, &l->body))
+    if (e->op != LM_X_CONST || e->v >= 4096 || (e->v >= 256 && has_loop(x, k, &l->body)) ||
+        kept_below(x, k, &l->body))
       return 1;
   }
   return 0;

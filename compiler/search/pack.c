@@ -28,8 +28,9 @@ static int depth(const lm_kernel *k, int32_t l) {
   return d;
 }
 
-/* Packs load i at loop L when it qualifies; 1 when it did. */
-static int pack_load(const lm_plan *p, lm_kernel *k, int32_t L, uint32_t i, int64_t *total) {
+/* Packs load i at loop L when it qualifies; 1 when it did. Loads name only the kernel's first nl
+ * loops (nl <= 64: the loops packing added come after them). */
+static int pack_load(const lm_plan *p, lm_kernel *k, int32_t nl, int32_t L, uint32_t i, int64_t *total) {
   lm_exprs *x = &p->g->x;
   const lm_stmt s = k->stmts[i];
   if (lm_kernel_writes_buf(k, s.buf) || (s.valid && !lm_x_is_const(x, s.valid, 1))) return 0;
@@ -38,7 +39,7 @@ static int pack_load(const lm_plan *p, lm_kernel *k, int32_t L, uint32_t i, int6
   int32_t inner[8];
   int ni = 0;
   int64_t F = 1;
-  for (int32_t v = 0; v < (int32_t)k->nloops; v++) {
+  for (int32_t v = 0; v < nl; v++) {
     if (!((used >> v) & 1) || encloses(k, v, L)) continue; /* around L: the same in every iteration */
     const lm_xnode *e = lm_x_node(x, k->loops[v].extent);
     if (!encloses(k, L, v) || !encloses(k, v, s.loop) || k->loops[v].kind != LM_L_SERIAL || e->op != LM_X_CONST ||
@@ -102,7 +103,7 @@ int sk_pack_kernel(const lm_plan *p, lm_kernel *k) {
     for (uint32_t i = 0; i < ns; i++) {
       const lm_stmt *s = &k->stmts[i];
       if (s->op != LM_S_LOAD || s->local || !encloses(k, L, s->loop)) continue;
-      int r = pack_load(p, k, L, i, &total);
+      int r = pack_load(p, k, (int32_t)nl, L, i, &total);
       if (r < 0) return -1;
       packed += r;
     }
