@@ -42,6 +42,7 @@ typedef struct opts {
   int64_t solve_budget;     /* env steps of time-to-solve (0: lm_ppo_defaults' total_steps) */
   int seeds;                /* time-to-solve runs per stepper */
   const char *search_device; /* where the search benchmark runs and times (NULL: the cpu) */
+  int search_budget;         /* seconds per graph of the search benchmark (0: 30, --quick 10) */
 } opts;
 
 /* ================================================================ output */
@@ -1987,7 +1988,7 @@ static int search_row(const char *name, const lm_graph_t *g, const char *const *
 }
 
 static int bench_search(const opts *o) {
-  double budget = o->quick ? 10 : 30;
+  double budget = o->search_budget > 0 ? o->search_budget : o->quick ? 10 : 30;
   const char *dev = o->search_device ? o->search_device : "cpu";
   say("\n== search: default schedule vs the e-graph search's measured winner (%s backend) ==\n"
       "  ms = one run of the whole plan; search s = wall time of the search (a warm tuning cache makes it\n"
@@ -2082,7 +2083,8 @@ static void usage(FILE *f) {
         "  --solve-budget S     env-step budget of time-to-solve (default: lm_ppo_defaults' total_steps)\n"
         "  --seeds K            time-to-solve runs per stepper, seeds 1..K (default 1, at most 16)\n"
         "  --search-budget S    seconds of schedule search per cpu program (0 = the default schedule);\n"
-        "                       the 'search' benchmark compares the two side by side\n"
+        "                       the 'search' benchmark compares the two side by side, S per graph\n"
+        "                       (default 30, --quick 10)\n"
         "  --search-device D    the 'search' benchmark on cpu (default), opencl or cuda: both plans\n"
         "                       run there and the search times its candidates there\n"
         "  --json FILE          also write every number as JSON to FILE ('-' = stdout)\n"
@@ -2298,6 +2300,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(name, "--search-budget")) {
       if (parse_int(name, val, 0, 86400, &v)) return EXIT_USAGE;
       setenv("LUMEN_SEARCH_BUDGET", val, 1); /* every cpu program compiled from here on searches */
+      o.search_budget = (int)v;
     } else if (!strcmp(name, "--search-device")) {
       if (strcmp(val, "cpu") && strcmp(val, "opencl") && strcmp(val, "cuda"))
         return usage_error("--search-device: '%s' is not cpu, opencl or cuda", val);
