@@ -17,12 +17,17 @@ static const char c_prelude[] =
     "#if defined(__clang__)\n"
     "#pragma STDC FP_CONTRACT OFF\n"
     "#endif\n"
+    "/* local arrays on a cache line: the stack's offset differs by thread and process (the main\n"
+    " * thread's is random), and an accumulator row of 16-byte alignment splits every other\n"
+    " * 32-byte access across two lines (a 256^3 matmul: 0.43 to 0.52 ms from process to process) */\n"
     "#if defined(__GNUC__)\n"
     "#define LM_EXPORT __attribute__((visibility(\"default\")))\n"
     "#define LM_HELPER static inline __attribute__((unused, always_inline))\n"
+    "#define LM_LOCAL __attribute__((aligned(64)))\n"
     "#else\n"
     "#define LM_EXPORT\n"
     "#define LM_HELPER static inline\n"
+    "#define LM_LOCAL\n"
     "#endif\n"
     "/* a loop over SIMD lanes: vectorised whole, never unrolled first (a fully unrolled lane loop\n"
     " * leaves the vectoriser nothing to work on); its iterations are independent by construction\n"
@@ -943,7 +948,7 @@ static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head
     }
   lm_sb_puts(out, "const uint64_t *restrict R, int64_t start, int64_t end) {\n");
   if (!r->use_r) lm_sb_puts(out, "  (void)R;\n");
-  for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld];\n", i, (long long)k->locals[i]);
+  for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld] LM_LOCAL;\n", i, (long long)k->locals[i]);
   if (head->s) lm_sb_puts(out, head->s);
   if (k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
   if (body->s) lm_sb_puts(out, body->s);
