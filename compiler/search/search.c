@@ -604,8 +604,9 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
             int took = 1, reached = 0;
             for (size_t q = 0; q < ncl; q++)
               if (force[q] != LM_EG_NONE && took_g[q] != LM_EG_NONE) reached = 1, took &= took_g[q] == force[q];
-            int at = add_term(c, s, j, &t, genome, 0, !(took && reached) ? "random" : r ? "tile-seed+random" : "tile-seed");
-            if (at > 0) j->c[at].seed = took && reached;
+            size_t at = j->nc; /* the term's kernel and its variants (packed) */
+            add_term(c, s, j, &t, genome, 0, !(took && reached) ? "random" : r ? "tile-seed+random" : "tile-seed");
+            for (; at < j->nc; at++) j->c[at].seed = took && reached;
             sk_term_free(&t);
           }
           j->samples++;
