@@ -170,6 +170,7 @@ void sk_trace_free(sk_trace *tr);
 /* register-tile seeds tried per kernel in generation 0 (each twice: greedy and random elsewhere) */
 #define SK_TILE_SEEDS 6
 
-#define LM_SEARCH_VERSION "lumen-search-1"
+/* part of every cache key: bumped when the rules, extraction or variants change what a search would decide */
+#define LM_SEARCH_VERSION "lumen-search-2"
 
 #endif

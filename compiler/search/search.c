@@ -1601,7 +1601,7 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
   if (dev) { /* the backend and its device name the cache */
     size_t n = strlen(dev->ops->name) + strlen(dev->name ? dev->name : "?") + 32;
     if ((c.devid = lm_malloc(n)))
-      snprintf(c.devid, n, "%s|%s|lumen-search-1", dev->ops->name, dev->name ? dev->name : "?");
+      snprintf(c.devid, n, "%s|%s|%s", dev->ops->name, dev->name ? dev->name : "?", LM_SEARCH_VERSION);
   } else {
     if ((st = lm_cc_open(&c.cc)) != LM_OK) goto done;
     if ((st = lm_pool_new(opts->threads, &c.pool)) != LM_OK) goto done;
