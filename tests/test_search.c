@@ -19,7 +19,10 @@
  *   (matmul, adam), and a search of a 128^3 matmul (space far above the exhaustive limit) runs
  *   more than one generation of candidates distinct by source, none wrong, each offspring naming
  *   earlier parents, the winner timed ok, a log line per generation, and a warm cache that
- *   searches nothing.
+ *   searches nothing;
+ * - register-tile seeds take their forced nodes and equal the reference; packing copies a
+ *   read-only panel once, changes no bit, and leaves written buffers, loads that name the loop
+ *   and small copies alone.
  * Searches use a fresh cache directory under $TMPDIR so no test sees another's decisions. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -811,6 +814,49 @@ Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
   }
   cr_assert_gt(tried, 10);
   lowered_free(&a);
+}
+
+/* par p < 2: for r < 4: for k < 256: out[1024 p + 256 r + k] = in[256 p + k] (in's row is the
+ * same for every r: packed once per p), or a variant packing must leave alone. */
+static int pack_case(int kind) {
+  lm_graph_t *g = lm_graph_new();
+  lm_plan p = {.g = g};
+  lm_exprs *x = &g->x;
+  lm_kernel k = {0};
+  lm_expr one = lm_x_const(x, 1);
+  int32_t P = lm_kernel_add_loop(&k, -1, lm_x_const(x, 2), LM_L_PARALLEL);
+  int32_t R = lm_kernel_add_loop(&k, P, lm_x_const(x, 4), LM_L_SERIAL);
+  int32_t K = lm_kernel_add_loop(&k, R, lm_x_const(x, kind == 3 ? 8 : 256), LM_L_SERIAL);
+  k.npar = 1;
+  lm_expr vp = lm_x_var(x, P), vr = lm_x_var(x, R), vk = lm_x_var(x, K);
+  lm_expr in_idx = lm_x_add(x, lm_x_mul(x, vp, lm_x_const(x, 256)), vk);
+  if (kind == 2) in_idx = lm_x_add(x, in_idx, vr); /* names the loop: not the same in every r */
+  uint32_t ld = lm_kernel_add_stmt(&k, &(lm_stmt){.op = LM_S_LOAD, .loop = K, .buf = 0, .idx = in_idx, .valid = one}, -1);
+  lm_expr out_idx = lm_x_add(x, lm_x_add(x, lm_x_mul(x, vp, lm_x_const(x, 1024)), lm_x_mul(x, vr, lm_x_const(x, 256))), vk);
+  uint32_t dst = kind == 1 ? 0 : 1; /* 1: the kernel writes what it reads */
+  lm_kernel_add_stmt(&k, &(lm_stmt){.op = LM_S_STORE, .loop = K, .buf = dst, .a = ld, .idx = out_idx, .valid = one}, -1);
+  int r = sk_pack_kernel(&p, &k);
+  if (r > 0) { /* the copy: before loop R, 256 floats of in[256 p + k'], and the load reads it */
+    cr_assert_eq(k.nlocals, 1);
+    cr_assert_eq(k.locals[0], 256);
+    const lm_stmt *o = &k.stmts[ld];
+    cr_assert(o->local && o->buf == 0, "the load reads the copy");
+    cr_assert(lm_x_prove_eq(x, o->idx, vk), "the copy is indexed by k alone");
+    const lm_block *pb = &k.loops[P].body;
+    cr_assert_eq(pb->n, 2);
+    cr_assert(pb->items[0].is_loop && (int32_t)pb->items[0].id != R, "the copy loop comes first");
+    cr_assert(pb->items[1].is_loop && (int32_t)pb->items[1].id == R);
+  }
+  lm_kernel_free(&k);
+  lm_graph_free(g);
+  return r;
+}
+
+Test(genetic, packing_leaves_written_buffers_and_loop_dependent_loads_alone) {
+  cr_assert_eq(pack_case(0), 1, "a row every r reads alike is packed");
+  cr_assert_eq(pack_case(1), 0, "a buffer the kernel writes is not packed");
+  cr_assert_eq(pack_case(2), 0, "a load whose index names the loop is not packed");
+  cr_assert_eq(pack_case(3), 0, "8 floats are not worth a copy");
 }
 
 Test(genetic, mutation_draws_a_few_classes_again_and_keeps_the_rest) {
