@@ -1987,6 +1987,19 @@ static int search_row(const char *name, const lm_graph_t *g, const char *const *
   return r.wrong ? 1 : 0;
 }
 
+/* An n^3 matmul, default vs searched. */
+static int search_matmul(int64_t n, double budget, const char *device) {
+  lm_graph_t *g = lm_graph_new();
+  lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){n, n});
+  lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){n, n});
+  lm_output(lm_matmul(a, b), "c");
+  char name[32];
+  snprintf(name, sizeof name, "matmul %lld^3", (long long)n);
+  int rc = search_row(name, g, NULL, NULL, 0, budget, device);
+  lm_graph_free(g);
+  return rc;
+}
+
 static int bench_search(const opts *o) {
   double budget = o->search_budget > 0 ? o->search_budget : o->quick ? 10 : 30;
   const char *dev = o->search_device ? o->search_device : "cpu";
@@ -1998,23 +2011,8 @@ static int bench_search(const opts *o) {
       strcmp(dev, "cpu") ? " The default is what that backend runs without a search (its work-group schedules)." : "");
   say("  %-22s %5s %5s %10s %10s %8s %9s %6s %5s %9s  %s\n", "graph", "kern", "kern'", "default ms", "search ms",
       "speedup", "search s", "cand", "cache", "err", "winner");
-  int rc = 0;
-  { /* 256^3 matmul */
-    lm_graph_t *g = lm_graph_new();
-    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){256, 256});
-    lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){256, 256});
-    lm_output(lm_matmul(a, b), "c");
-    rc |= search_row("matmul 256^3", g, NULL, NULL, 0, budget, o->search_device);
-    lm_graph_free(g);
-  }
-  if (!o->quick) { /* 1024^3: B no longer fits in L2, packing its panels pays */
-    lm_graph_t *g = lm_graph_new();
-    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){1024, 1024});
-    lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){1024, 1024});
-    lm_output(lm_matmul(a, b), "c");
-    rc |= search_row("matmul 1024^3", g, NULL, NULL, 0, budget, o->search_device);
-    lm_graph_free(g);
-  }
+  int rc = search_matmul(256, budget, o->search_device);
+  if (!o->quick) rc |= search_matmul(1024, budget, o->search_device); /* B past L2: packing its panels pays */
   const lm_env_spec *env = lm_env_find("cartpole");
   lm_ppo_config cfg = lm_ppo_defaults(env);
   lm_train_graph tg[4];

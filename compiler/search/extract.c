@@ -310,10 +310,9 @@ static int unit_stride(lm_sk *s, uint32_t c, uint32_t p) {
     const lm_enode *n = lm_eg_node(g, v->v[0]);
     if (n->op == SK_STORE) {
       const sk_access *ac = sk_access_of(s, n->attr);
-      lm_expr *map = lm_calloc(s->nvars + 1, sizeof *map);
+      lm_expr *map = lm_calloc(s->nvars + 1, sizeof *map); /* 0: the variable stays */
       if (!map) return 0;
-      for (size_t i = 0; i < s->nvars; i++) map[i] = lm_x_var(s->x, (int32_t)i);
-      map[q->a] = lm_x_add(s->x, map[q->a], lm_x_const(s->x, 1));
+      map[q->a] = lm_x_add(s->x, lm_x_var(s->x, (int32_t)q->a), lm_x_const(s->x, 1));
       lm_expr d = lm_x_simplify(s->x, lm_x_sub(s->x, lm_x_subst(s->x, ac->idx, map, (int)s->nvars), ac->idx), NULL);
       lm_free(map);
       return lm_x_is_const(s->x, d, 1);
