@@ -57,6 +57,10 @@ typedef enum lm_loopkind {
                   * loop the C compiler must vectorise, not unroll */
   LM_L_SPARSE,   /* the lanes i < extent whose element i of local array `mask` is not 0, in
                   * order, one at a time (compiler/lazy.c): a value only those lanes use */
+  LM_L_VECTOR,   /* C dialect: eight iterations at a time in vector registers (lm_v8), the
+                  * search's vector variant (compiler/search/vec.c): a constant extent that 8
+                  * divides, no loop inside, every load and store of its variable at stride 1
+                  * (lm_vector_loop_check); other dialects run it as a plain serial loop */
   LM_L_COUNT
 } lm_loopkind;
 
@@ -100,6 +104,9 @@ typedef struct lm_kernel {
   uint8_t *shared;
   size_t nshared, sharedcap;
   uint8_t fixed; /* the search measured this schedule on the device: later passes leave it */
+  uint8_t contract; /* C dialect: the compiler may fuse a*b + c into one FMA (rounds once, not
+                     * twice as the reference does): the search's vector variant, gated with
+                     * the tolerance of rules that change rounding */
 } lm_kernel;
 
 typedef enum lm_bufkind {

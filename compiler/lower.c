@@ -664,7 +664,7 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
     lm_sb_printf(sb, "%*s", 2 * depth + 2, "");
     if (b->items[i].is_loop) {
       const lm_loop *l = &k->loops[b->items[i].id];
-      static const char *const kinds[LM_L_COUNT] = {"par", "for", "lanes", "sparse"};
+      static const char *const kinds[LM_L_COUNT] = {"par", "for", "lanes", "sparse", "vec"};
       lm_sb_printf(sb, "%s i%u < ", kinds[l->kind], b->items[i].id);
       lm_x_print(x, l->extent, sb, "i");
       if (l->kind == LM_L_SPARSE) lm_sb_printf(sb, " where l%u", l->mask);
@@ -714,6 +714,7 @@ void lm_plan_dump(const lm_plan *p, lm_sb *sb) {
     const lm_kernel *k = &p->kernels[i];
     lm_sb_printf(sb, "kernel %s (npar %d", k->name, k->npar);
     if (k->group) lm_sb_printf(sb, ", work-groups of %d", k->group);
+    if (k->contract) lm_sb_puts(sb, ", fma");
     for (size_t l = 0; l < k->nlocals; l++)
       if (l < k->nshared && k->shared[l]) lm_sb_printf(sb, ", l%zu[%lld] shared", l, (long long)k->locals[l]);
     lm_sb_puts(sb, "):\n");

@@ -53,6 +53,18 @@ static const char c_prelude[] =
     "#define lm_ctz64(m) ((int64_t)__builtin_ctzll(m))\n"
     "#else\n"
     "LM_HELPER int64_t lm_ctz64(uint64_t m) { int64_t i = 0; for (; !(m & 1); m >>= 1) i++; return i; }\n"
+    "#endif\n"
+    "/* the search's vector variant (compiler/search/vec.c): a vec loop runs eight iterations at a\n"
+    " * time as lm_v8 values, loaded and stored at any float alignment; a kernel the search measured\n"
+    " * with FMAs opens with LM_CONTRACT (clang; gcc: an optimize pragma around the kernel) */\n"
+    "#if defined(__GNUC__)\n"
+    "typedef float lm_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n"
+    "#define lm_splat8(s) ((lm_v8){(s), (s), (s), (s), (s), (s), (s), (s)}) /* a pure scalar */\n"
+    "#endif\n"
+    "#if defined(__clang__)\n"
+    "#define LM_CONTRACT _Pragma(\"clang fp contract(fast)\")\n"
+    "#else\n"
+    "#define LM_CONTRACT\n"
     "#endif\n";
 
 static const char cuda_prelude[] =
@@ -300,6 +312,7 @@ typedef struct rk {
   uint8_t *varuse;  /* per loop: variable printed */
   uint8_t *bufrd, *bufwr; /* per plan buffer */
   uint8_t *symuse;  /* per symbol */
+  uint8_t *vary;    /* per statement: eight lanes of a vec loop (C dialect) */
   char **symname;   /* per symbol: s_<sanitised name> */
   int use_r;
   int bad;
@@ -438,6 +451,77 @@ static void choose_inline(rk *r) {
     int partial = s->op == LM_S_ADD || s->op == LM_S_MAX;
     r->inl[i] = (uint8_t)(ok && (!partial || between <= INLINE_DISTANCE));
   }
+}
+
+/* How expression e changes when loop variable l steps by one: 1 with the step in *d when that is
+ * a constant (0: e does not name l), else 0. */
+static int var_step(lm_exprs *x, const lm_kernel *k, int32_t l, lm_expr e, int64_t *d) {
+  lm_expr *map = lm_calloc(k->nloops + 1, sizeof *map);
+  if (!map) return 0;
+  map[l] = lm_x_add(x, lm_x_var(x, l), lm_x_const(x, 1));
+  lm_expr diff = map[l] ? lm_x_simplify(x, lm_x_sub(x, lm_x_subst(x, e, map, (int)k->nloops), e), NULL) : 0;
+  lm_free(map);
+  if (!diff || lm_x_node(x, diff)->op != LM_X_CONST) return 0;
+  *d = lm_x_node(x, diff)->v;
+  return 1;
+}
+
+int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *vary, char *why, size_t cap) {
+#define NO(...) return snprintf(why, cap, __VA_ARGS__), 0
+  if (!vary) NO("vec loop %d: no per-statement array", l);
+  if (l < 0 || (size_t)l >= k->nloops || l < k->npar) NO("loop %d is not a serial loop of the kernel", l);
+  const lm_loop *lp = &k->loops[l];
+  const lm_xnode *e = lm_x_node(x, lp->extent);
+  if (e->op != LM_X_CONST || e->v < 8 || e->v % 8) NO("vec loop %d: extent is not a constant multiple of 8", l);
+  const lm_block *b = &lp->body;
+  for (size_t i = 0; i < b->n; i++) {
+    if (b->items[i].is_loop) NO("vec loop %d: a loop inside", l);
+    uint32_t id = b->items[i].id;
+    const lm_stmt *s = &k->stmts[id];
+    int64_t d = 0;
+    int va = (lm_sop_operands(s->op) & LM_OPND_A) && s->a < k->nstmts && vary[s->a];
+    int vb = (lm_sop_operands(s->op) & LM_OPND_B) && s->b < k->nstmts && vary[s->b];
+    int valid_one = !s->valid || lm_x_is_const(x, s->valid, 1), v = 0;
+    switch (s->op) {
+    case LM_S_CONST: break;
+    case LM_S_LOAD:
+    case LM_S_STORE:
+      if (!var_step(x, k, l, s->idx, &d) || (d != 0 && d != 1))
+        NO("vec loop %d: statement %u's index does not step by 0 or 1", l, id);
+      if (d && !valid_one) NO("vec loop %d: statement %u is a guarded access", l, id);
+      if (s->op == LM_S_STORE && d != 1) NO("vec loop %d: store %u writes one element from every lane", l, id);
+      v = d == 1;
+      for (size_t j = 0; j < b->n; j++) { /* lanes write apart: a store's buffer is read only where it writes */
+        const lm_stmt *o = &k->stmts[b->items[j].id];
+        if (j == i || b->items[j].is_loop || o->buf != s->buf || o->local != s->local) continue;
+        if (o->op == LM_S_STORE && (s->op == LM_S_STORE || o->idx != s->idx))
+          NO("vec loop %d: statements %u and %u touch one buffer at two indices", l, id, b->items[j].id);
+      }
+      break;
+    case LM_S_ADD:
+    case LM_S_MUL: v = va || vb; break;
+    case LM_S_RECIP: v = va; break;
+    case LM_S_SELECT:
+      if (s->valid && lm_x_is_const(x, s->valid, 0)) break; /* prints as 0 */
+      if (va && !valid_one) NO("vec loop %d: statement %u selects lanes", l, id);
+      v = va;
+      break;
+    case LM_S_RAND:
+      if (!var_step(x, k, l, s->idx, &d) || d) NO("vec loop %d: draw %u differs by lane", l, id);
+      break;
+    case LM_S_ACC_SUM:
+    case LM_S_ACC_MAX:
+    case LM_S_BARRIER:
+    case LM_S_WARP_SUM:
+    case LM_S_WARP_MAX: NO("vec loop %d: statement %u (op %u) is not per lane", l, id, s->op);
+    default:
+      if (va || vb) NO("vec loop %d: statement %u (op %u) has no vector form", l, id, s->op);
+      break;
+    }
+    vary[id] = (uint8_t)v;
+  }
+  return 1;
+#undef NO
 }
 
 /* ---------------------------------------------------------------- printing */
@@ -599,7 +683,11 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
   case LM_S_LOAD:
   case LM_S_SELECT:
     if (trivially_valid(r, s->valid)) {
-      if (s->op == LM_S_LOAD) print_load(r, sb, s);
+      if (s->op == LM_S_LOAD && r->vary[id]) {
+        lm_sb_puts(sb, "(*(const lm_v8 *)&");
+        print_load(r, sb, s);
+        lm_sb_puts(sb, ")");
+      } else if (s->op == LM_S_LOAD) print_load(r, sb, s);
       else print_value(r, sb, s->a, need);
     } else if (lm_x_is_const(r->x, s->valid, 0)) {
       lm_sb_puts(sb, "0.0f");
@@ -745,6 +833,7 @@ static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
       print_x(r, sb, s->valid, 0, 0);
       lm_sb_puts(sb, ") ");
     }
+    if (r->vary[id]) lm_sb_puts(sb, "*(lm_v8 *)&");
     if (s->local) lm_sb_printf(sb, "l%u[", s->buf);
     else {
       r->bufwr[s->buf] = 1;
@@ -752,10 +841,14 @@ static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
     }
     print_x(r, sb, s->idx, 0, 0);
     lm_sb_puts(sb, "] = ");
-    print_value(r, sb, s->a, 0);
+    if (r->vary[id] && !r->vary[s->a]) { /* one value in every lane */
+      lm_sb_puts(sb, "lm_splat8(");
+      print_value(r, sb, s->a, 0);
+      lm_sb_puts(sb, ")");
+    } else print_value(r, sb, s->a, 0);
     break;
   default:
-    lm_sb_printf(sb, "float v%u = ", id);
+    lm_sb_printf(sb, "%s v%u = ", r->vary[id] ? "lm_v8" : "float", id);
     print_expr(r, sb, id, 0);
     break;
   }
@@ -830,11 +923,13 @@ static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
     return;
   }
   indent(sb, ind);
+  int vec = k->loops[l].kind == LM_L_VECTOR && r->dia == LM_DIALECT_C;
   if (l == 0 && k->npar > 0) lm_sb_printf(sb, "for (%s i0 = start; i0 < end; i0++) {\n", r->d->i64);
   else {
     lm_sb_printf(sb, "for (%s i%d = 0; i%d < ", r->d->i64, l, l);
     print_x(r, sb, k->loops[l].extent, 2, 0);
-    lm_sb_printf(sb, "; i%d++) {\n", l);
+    if (vec) lm_sb_printf(sb, "; i%d += 8) {\n", l);
+    else lm_sb_printf(sb, "; i%d++) {\n", l);
   }
   emit_block(r, sb, l, ind + 1);
   indent(sb, ind);
@@ -927,11 +1022,18 @@ static int has_lanes(const lm_kernel *k) {
   return 0;
 }
 
+/* gcc has no contract pragma inside a function: the kernel's two functions compile under an
+ * optimize pragma (both, so the helper still inlines into the entry) */
+static const char gcc_contract_on[] = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
+                                      "#pragma GCC optimize(\"fp-contract=fast\")\n#endif\n";
+static const char gcc_contract_off[] = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n";
+
 static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *body) {
   const lm_kernel *k = r->k;
   const lm_plan *p = r->p;
   lm_sb args = {0}; /* the entry's arguments, in the order of the helper's parameters */
   int any_buf = 0, any_sym = 0;
+  if (k->contract) lm_sb_puts(out, gcc_contract_on);
   lm_sb_printf(out, "LM_HELPER void %s_k(", name);
   for (size_t j = 0; j < k->nbufs; j++) {
     uint32_t b = k->bufs[j];
@@ -947,6 +1049,7 @@ static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head
       any_sym = 1;
     }
   lm_sb_puts(out, "const uint64_t *restrict R, int64_t start, int64_t end) {\n");
+  if (k->contract) lm_sb_puts(out, "  LM_CONTRACT\n");
   if (!r->use_r) lm_sb_puts(out, "  (void)R;\n");
   for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld] LM_LOCAL;\n", i, (long long)k->locals[i]);
   if (head->s) lm_sb_puts(out, head->s);
@@ -958,6 +1061,7 @@ static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head
   if (!any_buf) lm_sb_puts(out, "  (void)B;\n");
   if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
   lm_sb_printf(out, "  %s_k(%sR, start, end);\n}\n", name, args.s ? args.s : "");
+  if (k->contract) lm_sb_puts(out, gcc_contract_off);
   if (args.failed) out->failed = 1;
   lm_sb_free(&args);
 }
@@ -998,6 +1102,7 @@ static void rk_free(rk *r) {
   lm_free(r->bufrd);
   lm_free(r->bufwr);
   lm_free(r->symuse);
+  lm_free(r->vary);
 }
 
 /* Appends kernel k to out. LM_OK, LM_ERR_NOMEM or LM_ERR_INVALID (with lm_fail's message). */
@@ -1021,11 +1126,12 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   r.bufwr = lm_calloc(p->nbufs + 1, 1);
   r.symuse = lm_calloc(x->nsyms + 1, 1);
   r.symname = lm_calloc(x->nsyms + 1, sizeof *r.symname);
+  r.vary = lm_calloc(ns, 1);
   r.zero = lm_x_const(x, 0);
   lm_sb body = {0}, head = {0};
   lm_status st = LM_ERR_NOMEM;
   if (!r.ext || !r.live || !r.inl || !r.uses || !r.user || !r.blk || !r.pos || !r.lseen || !r.varuse ||
-      !r.bufrd || !r.bufwr || !r.symuse || !r.symname || !r.zero || !name_symbols(&r))
+      !r.bufrd || !r.bufwr || !r.symuse || !r.symname || !r.vary || !r.zero || !name_symbols(&r))
     goto done;
 
   /* ---- analysis */
@@ -1050,6 +1156,11 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   for (int i = 0; i < k->npar && !r.bad; i++)
     if (!r.lseen[i]) fail(&r, "parallel loop %d is in no block", i);
   if (!r.bad) check_stmts(&r);
+  for (size_t i = 0; i < k->nloops && !r.bad; i++) /* which statements hold eight lanes */
+    if (k->loops[i].kind == LM_L_VECTOR && dia == LM_DIALECT_C &&
+        !lm_vector_loop_check(x, k, (int32_t)i, r.vary, r.why, sizeof r.why))
+      r.bad = 1;
+  if (k->contract && dia == LM_DIALECT_C && has_lanes(k)) fail(&r, "FMAs in a kernel of SIMD lanes");
   if (!r.bad) liveness(&r);
   if (!r.bad) choose_inline(&r);
 

@@ -110,5 +110,14 @@ char *lm_render_prelude(lm_dialect d);
 char *lm_render_plan(const lm_plan *p, lm_dialect d);
 /* One kernel, without the prelude. Expressions are interned in p->g->x while proving bounds. */
 char *lm_render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect d);
+/* May loop l of kernel k be an LM_L_VECTOR loop (the C dialect runs it eight iterations at a
+ * time)? Its extent is a constant multiple of 8 and no loop sits in its body; each statement
+ * there either holds eight lanes (a load or store whose index steps by 1 with l, and +, * and
+ * 1/x of such values; an unguarded select of one) or one value for all of them (it does not
+ * name l); nothing in it accumulates, draws per lane, or writes one element from every lane;
+ * and a buffer stored there is stored once and read there only at the stored index, so the
+ * lanes of an iteration touch disjoint elements. vary (per statement, zeroed by the caller) is
+ * set where a statement holds lanes. 1 when it may, else 0 with the reason in why. */
+int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *vary, char *why, size_t cap);
 
 #endif

@@ -563,6 +563,7 @@ static int reads_or_writes(const lm_kernel *k, uint32_t buf, int write) {
 static int mergeable(const lm_kernel *a, const lm_kernel *b) {
   if (b->npar > a->npar || b->npar < 1 || a->nloops + b->nloops > 60) return 0;
   if (a->group || b->group) return 0; /* a work-group schedule's threads are not a domain to share */
+  if (a->contract != b->contract) return 0; /* an FMA where the other kernel was measured without */
   for (int l = 0; l < b->npar; l++)
     if (a->loops[l].extent != b->loops[l].extent) return 0;
   /* GPU dialects pass every buffer as its own argument: Metal allows 31 slots a kernel (3 are

@@ -414,12 +414,68 @@ static fx *fx_dead(void) {
   return f;
 }
 
+/* ---- vector form: out[m,j] = (sum_k A[m,k] * B[k,j]) * (1 / s[j]) + 0.25 over [3, 24], K = 5,
+ * the columns an LM_L_VECTOR loop (three lm_v8 per row) summing into a local row, FMAs allowed */
+
+static void verify_vec(const fx *f, double rtol) {
+  (void)rtol; /* FMAs round a*b+c once: within a few ulp of the magnitude of the terms */
+  for (int m = 0; m < 3; m++)
+    for (int j = 0; j < 24; j++) {
+      double want = 0, mag = 0;
+      for (int k = 0; k < 5; k++) {
+        double t = (double)f->buf[0][m * 5 + k] * f->buf[1][k * 24 + j];
+        want += t;
+        mag += fabs(t);
+      }
+      double r = 1.0 / f->buf[2][j], got = f->buf[3][m * 24 + j];
+      want = want * r + 0.25;
+      cr_assert(fabs(got - want) <= 1e-6 * (mag * fabs(r) + 0.25), "vec[%d,%d] = %.9g, want %.9g", m, j, got, want);
+    }
+}
+
+static uint32_t s_local(lm_kernel *k, lm_sop op, int32_t l, uint32_t loc, lm_expr idx, uint32_t a, lm_expr one) {
+  uint32_t id = lm_kernel_add_stmt(k, &(lm_stmt){.op = (uint8_t)op, .loop = l, .buf = loc, .local = 1, .idx = idx,
+                                                  .a = a, .valid = one}, -1);
+  cr_assert(id != UINT32_MAX);
+  return id;
+}
+
+static fx *fx_vec(void) {
+  fx *f = fx_new();
+  uint32_t a = fx_buf(f, LM_BUF_INPUT, 15, 0), b = fx_buf(f, LM_BUF_INPUT, 120, 0), sc = fx_buf(f, LM_BUF_INPUT, 24, 0);
+  uint32_t out = fx_buf(f, LM_BUF_OUTPUT, 72, 0);
+  fx_fill(f, a, 11, -2, 2);
+  fx_fill(f, b, 12, -2, 2);
+  fx_fill(f, sc, 13, 0.5, 2);
+  lm_kernel *k = fx_kernel(f, "k0_vec");
+  lm_expr one = xc(f, 1);
+  int32_t m = loop(k, -1, xc(f, 3), LM_L_PARALLEL);
+  k->npar = 1;
+  k->contract = 1;
+  uint32_t row = lm_kernel_add_local(k, 24, 0);
+  int32_t zi = loop(k, m, xc(f, 24), LM_L_VECTOR);
+  s_local(k, LM_S_STORE, zi, row, xv(f, zi), s_const(k, zi, 0.0f, -1), one); /* one value in every lane */
+  int32_t kk = loop(k, m, xc(f, 5), LM_L_SERIAL);
+  uint32_t av = s_load(f, k, kk, a, xadd(f, xmul(f, xv(f, m), xc(f, 5)), xv(f, kk)), 0, -1);
+  int32_t j = loop(k, kk, xc(f, 24), LM_L_VECTOR);
+  uint32_t bv = s_load(f, k, j, b, xadd(f, xmul(f, xv(f, kk), xc(f, 24)), xv(f, j)), 0, -1);
+  uint32_t acc = s_local(k, LM_S_LOAD, j, row, xv(f, j), 0, one);
+  s_local(k, LM_S_STORE, j, row, xv(f, j), s_op(k, j, LM_S_ADD, acc, s_op(k, j, LM_S_MUL, av, bv)), one);
+  int32_t o = loop(k, m, xc(f, 24), LM_L_VECTOR);
+  uint32_t r = s_op(k, o, LM_S_RECIP, s_load(f, k, o, sc, xv(f, o), 0, -1), 0);
+  uint32_t sum = s_local(k, LM_S_LOAD, o, row, xv(f, o), 0, one);
+  uint32_t v = s_op(k, o, LM_S_ADD, s_op(k, o, LM_S_MUL, sum, r), s_const(k, o, 0.25f, -1));
+  s_store(f, k, o, out, xadd(f, xmul(f, xv(f, m), xc(f, 24)), xv(f, o)), v);
+  f->verify = verify_vec;
+  return f;
+}
+
 typedef fx *(*fx_maker)(void);
 static const struct {
   const char *name;
   fx_maker make;
 } fixtures[] = {{"chain", fx_chain}, {"reduce", fx_reduce}, {"pad", fx_pad}, {"rand", fx_rand},
-                {"root", fx_root},   {"consts", fx_consts}, {"dead", fx_dead}};
+                {"root", fx_root},   {"consts", fx_consts}, {"dead", fx_dead}, {"vec", fx_vec}};
 
 static char *render(const fx *f, lm_dialect d) {
   char *s = lm_render_plan(f->p, d);
@@ -654,6 +710,70 @@ Test(render_c, dead_statements_leave_no_unused_variables) {
   expect_not_in(k, "s_N");
   free(src);
   fx_free(f);
+}
+
+Test(render_c, vector_loops_run_eight_lanes_at_a_time_with_fmas_and_match_the_sums) {
+  fx *f = run_c_fixture(fx_vec, 2); /* verify_vec: within FMA rounding */
+  char *src = render(f, LM_DIALECT_C);
+  const char *k = kernel_text(src, "k0_vec");
+  expect_in(k, "LM_CONTRACT");
+  expect_in(src, "#pragma GCC optimize(\"fp-contract=fast\")");
+  expect_in(k, "i1 += 8");
+  expect_in(k, "lm_splat8(0.0f)");
+  expect_in(k, "(*(const lm_v8 *)&b1[");
+  expect_in(k, "*(lm_v8 *)&b3[");
+  free(src);
+  char *cu = render(f, LM_DIALECT_CUDA); /* other dialects: a plain serial loop, no FMA pragma */
+  expect_not_in(cu, "lm_v8");
+  expect_not_in(cu, "+= 8");
+  free(cu);
+  fx_free(f);
+}
+
+/* par p < 2: for k < E: out[16 p + k] = in[16 p + k] * w[p], or a variant that must stay serial */
+static int vec_case(int kind, char *why, size_t cap) {
+  fx *f = fx_new();
+  uint32_t in = fx_buf(f, LM_BUF_INPUT, 64, 0), w = fx_buf(f, LM_BUF_INPUT, 2, 0), out = fx_buf(f, LM_BUF_OUTPUT, 64, 0);
+  lm_kernel *k = fx_kernel(f, "k0_case");
+  int32_t p = loop(k, -1, xc(f, 2), LM_L_PARALLEL);
+  k->npar = 1;
+  int32_t l = loop(k, p, xc(f, kind == 1 ? 12 : 16), LM_L_SERIAL);
+  lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 16)), xmul(f, xv(f, l), xc(f, kind == 2 ? 2 : 1)));
+  lm_expr valid = kind == 3 ? lm_x_lt(X(f), xv(f, l), xc(f, 10)) : 0;
+  uint32_t x = s_load(f, k, l, in, at, valid, -1);
+  uint32_t v = s_op(k, l, LM_S_MUL, x, s_load(f, k, l, w, xv(f, p), 0, -1));
+  if (kind == 4) {
+    uint32_t acc = stmt(k, (lm_stmt){.op = LM_S_ACC, .loop = p, .f = 0.0f}, l);
+    stmt(k, (lm_stmt){.op = LM_S_ACC_SUM, .loop = l, .a = acc, .b = v}, -1);
+  }
+  if (kind == 6) v = s_op(k, l, LM_S_EXP2, v, 0);
+  if (kind == 7) v = s_op(k, l, LM_S_ADD, v, s_load(f, k, l, out, xadd(f, at, xc(f, 1)), 0, -1));
+  if (kind == 8) loop(k, l, xc(f, 2), LM_L_SERIAL);
+  s_store(f, k, l, out, kind == 5 ? xv(f, p) : at, v);
+  uint8_t *vary = calloc(k->nstmts + 1, 1);
+  int ok = lm_vector_loop_check(X(f), k, l, vary, why, cap);
+  if (ok) {
+    cr_assert(vary[x] && vary[v], "the load and the product hold lanes");
+    cr_assert(!vary[k->stmts[v].b], "w[p] is one value for every lane");
+  }
+  free(vary);
+  fx_free(f);
+  return ok;
+}
+
+Test(render, vector_loop_check_says_what_keeps_a_loop_serial) {
+  char why[160];
+  cr_assert(vec_case(0, why, sizeof why), "%s", why);
+  static const struct {
+    int kind;
+    const char *why;
+  } no[] = {{1, "multiple of 8"}, {2, "does not step by 0 or 1"}, {3, "guarded"}, {4, "not per lane"},
+            {5, "one element from every lane"}, {6, "no vector form"}, {7, "two indices"}, {8, "a loop inside"}};
+  for (size_t i = 0; i < CHECK_COUNT(no); i++) {
+    why[0] = 0;
+    cr_assert(!vec_case(no[i].kind, why, sizeof why), "case %d passed the check", no[i].kind);
+    cr_assert(strstr(why, no[i].why), "case %d: \"%s\" does not say \"%s\"", no[i].kind, why, no[i].why);
+  }
 }
 
 Test(render_c, every_fixture_compiles_warning_free_with_gcc_and_clang_at_O3) {

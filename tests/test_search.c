@@ -815,6 +815,57 @@ Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
   lowered_free(&a);
 }
 
+Test(genetic, vector_variants_of_tile_seeds_mark_the_column_loops_and_compute_the_same) {
+  lowered l = lower(matmul64());
+  lm_plan *p = l.p;
+  saturated z;
+  saturate(&l, 0, &z, "matmul 64^3");
+  bufs in = bufs_new(p, 5), want = bufs_new(p, 1), got = bufs_new(p, 1);
+  uint32_t *force = malloc((z.ncl + 1) * sizeof *force);
+  int vectors = 0, seeds = 0;
+  for (int n = 0; n < 64 && sk_tile_seed(&z.s, n, force); n++) {
+    sk_term t;
+    OK(sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, NULL, &t));
+    lm_kernel k, vk;
+    if (sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k) != LM_OK) {
+      sk_term_free(&t);
+      continue;
+    }
+    seeds++;
+    OK(sk_kernel_copy(&k, &vk));
+    int r = sk_vec_kernel(p, &vk);
+    cr_assert_geq(r, 0);
+    cr_assert_eq(vk.contract, r > 0, "seed %d: FMAs exactly when a loop went vector", n);
+    int marked = 0;
+    for (size_t i = 0; i < vk.nloops; i++) {
+      marked += vk.loops[i].kind == LM_L_VECTOR;
+      cr_assert(vk.loops[i].kind == LM_L_VECTOR || vk.loops[i].kind == k.loops[i].kind, "seed %d: only kinds change", n);
+    }
+    cr_assert_eq(marked, r);
+    if (r > 0) {
+      vectors++;
+      char *src = lm_render_kernel(p, &vk, LM_DIALECT_C);
+      cr_assert(src && strstr(src, "lm_v8") && strstr(src, "LM_CONTRACT"), "seed %d: %s", n, src ? src : lm_last_error());
+      free(src);
+      bufs_copy(&want, &in); /* the interpreter runs a vec loop as the serial loop it was */
+      interpret(p, &k, 1, &want);
+      bufs_copy(&got, &in);
+      interpret(p, &vk, 1, &got);
+      expect_close(p, &got, &want, 1, 1, "a tile seed in vector form");
+    }
+    cr_assert_eq(sk_vec_kernel(p, &vk), 0, "seed %d: a second pass finds nothing left", n);
+    lm_kernel_free(&vk);
+    lm_kernel_free(&k);
+    sk_term_free(&t);
+  }
+  cr_log_info("matmul 64^3: %d of %d tile seeds have vector loops", vectors, seeds);
+  cr_assert_geq(vectors, seeds / 2, "only %d of %d seeds went vector", vectors, seeds);
+  free(force);
+  bufs_free(&in), bufs_free(&want), bufs_free(&got);
+  saturated_free(&z);
+  lowered_free(&l);
+}
+
 /* par p < 2: for r < 4: for k < 256: out[1024 p + 256 r + k] = in[256 p + k] (in's row is the
  * same for every r: packed once per p), or a variant packing must leave alone. */
 static int pack_case(int kind) {
@@ -1237,6 +1288,8 @@ Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout =
   cr_assert(strstr(text, "winner"), "%s", text);
   cr_assert(strstr(text, "rules="), "%s", text);
   cr_assert(strstr(text, "search done"), "%s", text);
+  cr_assert(strstr(text, "+vec rules="), "no vector variant was timed: %s", text); /* compiled and checked */
+  cr_assert(strstr(text, "default+vec"), "the default schedule's vector form was not timed: %s", text);
   lm_search_report_free(&rep);
   remove_dir(dir);
   free(dir);

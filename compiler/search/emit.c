@@ -124,6 +124,7 @@ lm_status sk_kernel_copy(const lm_kernel *src, lm_kernel *dst) {
   }
   dst->group = src->group; /* a work-group schedule and its shared arrays */
   dst->fixed = src->fixed;
+  dst->contract = src->contract;
   if (ok && src->nshared) {
     ok = (dst->shared = lm_malloc(src->nshared)) != NULL;
     if (ok) memcpy(dst->shared, src->shared, src->nshared), dst->nshared = dst->sharedcap = src->nshared;

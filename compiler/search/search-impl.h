@@ -50,6 +50,12 @@ uint64_t sk_term_rules(const lm_sk *s, const sk_term *t, int *rounding);
  * copy; the number of operands packed (0: the kernel is unchanged), -1 when memory ran out. */
 int sk_pack_kernel(const lm_plan *p, lm_kernel *k);
 
+/* ---- the vector variant (vec.c) */
+/* Makes every serial loop that qualifies (lm_vector_loop_check) an LM_L_VECTOR loop and lets the
+ * kernel contract a*b + c into FMAs (k->contract); the number of loops (0: the kernel is
+ * unchanged), -1 when memory ran out. */
+int sk_vec_kernel(const lm_plan *p, lm_kernel *k);
+
 /* ---- measurement (measure.c) */
 typedef void (*sk_kernel_fn)(float *const *B, const int64_t *S, const uint64_t *R, int64_t start, int64_t end);
 
@@ -171,6 +177,6 @@ void sk_trace_free(sk_trace *tr);
 #define SK_TILE_SEEDS 6
 
 /* part of every cache key: bumped when the rules, extraction or variants change what a search would decide */
-#define LM_SEARCH_VERSION "lumen-search-2"
+#define LM_SEARCH_VERSION "lumen-search-3"
 
 #endif

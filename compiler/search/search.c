@@ -67,7 +67,7 @@ typedef struct cand {
   uint8_t part;     /* the translation unit it was compiled in (compile_jobs) */
   uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
   int gen;          /* generation that made it */
-  int seed;         /* a register tile assembled on purpose (sk_tile_seed) */
+  int seed;         /* 1: a register tile assembled on purpose (sk_tile_seed); 2: the default in vector form */
   char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
 } cand;
 
@@ -426,6 +426,11 @@ static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t 
   lm_kernel pk; /* on the cpu, read-only operands packed too where that applies */
   int pack = !c->dev && sk_kernel_copy(&k, &pk) == LM_OK;
   if (pack && sk_pack_kernel(c->plan, &pk) <= 0) lm_kernel_free(&pk), pack = 0;
+  lm_kernel vk[2]; /* and in vector form with FMAs (a rounding change), plain and packed */
+  int vec[2] = {0, 0};
+  for (int i = 0; i < 2 && !c->dev && c->o->allow_rounding; i++)
+    if ((i == 0 || pack) && sk_kernel_copy(i ? &pk : &k, &vk[i]) == LM_OK && !(vec[i] = sk_vec_kernel(c->plan, &vk[i]) > 0))
+      lm_kernel_free(&vk[i]);
   int r = add_kernel(c, s, j, t, genome, gen, op, &k, 0);
   if (gpu) {
     char op2[48];
@@ -439,6 +444,13 @@ static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t 
     int r2 = add_kernel(c, s, j, t, genome, gen, op2, &pk, 2);
     if (r < 0) r = r2;
   }
+  for (int i = 0; i < 2; i++)
+    if (vec[i]) {
+      char op2[48];
+      snprintf(op2, sizeof op2, "%.34s%s+vec", op, i ? "+pack" : "");
+      int r2 = add_kernel(c, s, j, t, genome, gen, op2, &vk[i], 3 + i);
+      if (r < 0) r = r2;
+    }
   return r;
 }
 
@@ -450,7 +462,7 @@ static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_
   d.k = *k; /* owned from here */
   memset(k, 0, sizeof *k);
   d.gpu = variant == 1;
-  d.rounding = variant == 1 && c->dev->gpu->tree_reductions && c->o->allow_rounding;
+  d.rounding = (variant == 1 && c->dev->gpu->tree_reductions && c->o->allow_rounding) || variant >= 3; /* FMAs */
   d.hash = source_hash(c, &d.k);
   if (!d.hash) {
     logf_(c, "  (an emitted kernel did not render: %s)\n", lm_last_error());
@@ -465,8 +477,9 @@ static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_
       return -1;
     }
   char *term = sk_term_print(s, t);
-  if (term && variant) { /* the cache keeps the variant: "gpu " or "pack " before the term */
-    const char *pre = variant == 1 ? "gpu " : "pack ";
+  if (term && variant) { /* the cache keeps the variant before the term: "gpu ", "pack ", "vec ", "pack vec " */
+    static const char *const pres[] = {"", "gpu ", "pack ", "vec ", "pack vec "};
+    const char *pre = pres[variant];
     size_t n = strlen(term), np = strlen(pre);
     char *g2 = lm_malloc(n + np + 1);
     if (g2) memcpy(g2, pre, np), memcpy(g2 + np, term, n + 1);
@@ -502,6 +515,25 @@ static lm_status default_cand(sctx *c, job *j) {
   j->c[0].hash = source_hash(c, &j->c[0].k);
   j->c[0].est = sk_estimate(plan, &j->c[0].k, c->syms);
   return LM_OK;
+}
+
+/* The default schedule in vector form with FMAs (compiler/search/vec.c), kept with the tile seeds
+ * past the cut: the lowered kernel is often the best loop order already (a 1x64 row of a layer),
+ * and the random terms rarely come back to it. Its cache text is "vec default". */
+static void default_vec(sctx *c, job *j) {
+  if (c->dev || !c->o->allow_rounding || !LM_GROW(j->c, j->cap, j->nc + 1)) return;
+  cand d;
+  memset(&d, 0, sizeof d);
+  if (sk_kernel_copy(&j->c[0].k, &d.k) != LM_OK) return;
+  int fresh = sk_vec_kernel(c->plan, &d.k) > 0 && (d.hash = source_hash(c, &d.k)) != 0;
+  for (size_t i = 0; fresh && i < j->nc; i++) fresh = j->c[i].hash != d.hash; /* a term's vector variant */
+  if (fresh && (d.term = lm_strdup("vec default"))) {
+    d.rounding = 1;
+    d.seed = 2; /* kept past the cut */
+    d.est = j->c[0].est;
+    snprintf(d.op, sizeof d.op, "default+vec");
+    j->c[j->nc++] = d;
+  } else cand_free(&d);
 }
 
 /* A kernel whose default schedule takes milliseconds cannot afford the random tail: a candidate
@@ -578,6 +610,7 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
       sk_term_free(&t);
       j->samples++;
     }
+    default_vec(c, j);
     if (j->space <= 64) { /* exhaustive: every combination of choices */
       for (size_t i = 0; i < ncl; i++) force[i] = LM_EG_NONE;
       for (uint64_t idx = 0; idx < (uint64_t)j->space; idx++) {
@@ -661,7 +694,15 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
         at++;
       }
     top = at - 1;
-    /* then the tile seeds the estimate ranked below the cut (up to a third) */
+    /* then the default's vector form and the tile seeds the estimate ranked below the cut (up
+     * to a third) */
+    for (size_t i = at; i < j->nc && at < 1 + keep; i++)
+      if (j->c[i].seed == 2) {
+        cand tmp = j->c[at];
+        j->c[at] = j->c[i];
+        j->c[i] = tmp;
+        at++;
+      }
     for (size_t i = at, cut = at + keep / 3; i < j->nc && at < cut && at < 1 + keep; i++)
       if (j->c[i].seed) {
         cand tmp = j->c[at];
@@ -967,10 +1008,20 @@ static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kerne
   int gpu = !strncmp(text, "gpu ", 4), pack = !strncmp(text, "pack ", 5);
   if (gpu) text += 4;
   if (pack) text += 5;
-  if (pack && c->dev)
-    return lm_fail(LM_ERR_INVALID, "search: a packed cpu kernel in the cache of a device");
+  int vec = !strncmp(text, "vec ", 4);
+  if (vec) text += 4;
+  if ((pack || vec) && c->dev)
+    return lm_fail(LM_ERR_INVALID, "search: a packed or vector cpu kernel in the cache of a device");
   if (gpu && !(c->dev && c->dev->gpu))
     return lm_fail(LM_ERR_INVALID, "search: a work-group schedule in the cache of a device without them");
+  if (!strcmp(text, "default")) { /* the default schedule, in vector form (default_vec) */
+    lm_status st = vec ? sk_kernel_copy(&c->plan->kernels[ki], out) : LM_ERR_INVALID;
+    if (st != LM_OK) return st == LM_ERR_INVALID ? lm_fail(st, "search: a cached default schedule without a variant") : st;
+    default_rewrite(c, out);
+    if (sk_vec_kernel(c->plan, out) > 0) return LM_OK;
+    lm_kernel_free(out);
+    return lm_fail(LM_ERR_INVALID, "search: the cached vector form no longer applies");
+  }
   lm_sk s;
   lm_status st = sk_init(&s, c->plan);
   if (st != LM_OK) return st;
@@ -993,6 +1044,10 @@ static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kerne
   if (st == LM_OK && pack && sk_pack_kernel(c->plan, out) <= 0) {
     lm_kernel_free(out);
     st = lm_fail(LM_ERR_INVALID, "search: the cached packing no longer applies");
+  }
+  if (st == LM_OK && vec && sk_vec_kernel(c->plan, out) <= 0) {
+    lm_kernel_free(out);
+    st = lm_fail(LM_ERR_INVALID, "search: the cached vector form no longer applies");
   }
   return st;
 }
@@ -1037,8 +1092,19 @@ static void put_decision(sctx *c, uint64_t key, char kind, double def, double be
   lm_free(v);
 }
 
+/* The winner's variant, from its cache text, for the report: " (packed)", " (vector+fma)"... */
+static const char *variant_of(const char *term) {
+  if (!term) return "";
+  if (!strncmp(term, "pack vec ", 9)) return " (packed, vector+fma)";
+  if (!strncmp(term, "pack ", 5)) return " (packed)";
+  if (!strncmp(term, "vec default", 11)) return "default (vector+fma)";
+  if (!strncmp(term, "vec ", 4)) return " (vector+fma)";
+  if (!strncmp(term, "gpu ", 4)) return " (work-groups)";
+  return "";
+}
+
 static void note_kernel(sctx *c, uint32_t ki, double def, double best, int ncand, int wrong, int cached,
-                        int rounding, uint64_t rules) {
+                        int rounding, uint64_t rules, const char *term) {
   lm_search_kernel_report *r = &c->kr[ki];
   snprintf(r->name, sizeof r->name, "%s", c->plan->kernels[ki].name);
   r->default_s = def;
@@ -1048,6 +1114,8 @@ static void note_kernel(sctx *c, uint32_t ki, double def, double best, int ncand
   r->from_cache = cached;
   r->rounding = rounding;
   rule_names(rules, r->rules, sizeof r->rules);
+  size_t n = strlen(r->rules);
+  snprintf(r->rules + n, sizeof r->rules - n, "%s", variant_of(term));
   if (def > 0) {
     c->rep->default_s += def;
     c->rep->best_s += best > 0 ? best : def;
@@ -1073,7 +1141,7 @@ static void decide(sctx *c, job *j, int win, uint64_t *keys, uint8_t *pending, u
     pending[i] = 0;
     int first = i == j->ki;
     note_kernel(c, i, d0->time, w->time, first ? ncand : 0, first ? nwrong : 0, !first, w->rounding,
-                win ? w->rules : 0);
+                win ? w->rules : 0, win ? w->term : NULL);
     if (!win) continue;
     lm_kernel out;
     if (first) {
@@ -1159,10 +1227,10 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       if (kind == 'W' && emit_from_text(c, i, term, &out) == LM_OK) {
         replace_kernel(c, i, &out);
         won[i] = 1;
-        note_kernel(c, i, def, best, 0, 0, 1, rounding, rules);
+        note_kernel(c, i, def, best, 0, 0, 1, rounding, rules, term);
         logf_(c, "kernel %s: from the cache: %.2f us -> %.2f us\n", plan->kernels[i].name, 1e6 * def, 1e6 * best);
       } else {
-        note_kernel(c, i, def, def, 0, 0, 1, 0, 0);
+        note_kernel(c, i, def, def, 0, 0, 1, 0, 0, NULL);
         logf_(c, "kernel %s: from the cache: the default schedule\n", plan->kernels[i].name);
       }
       continue;
