@@ -488,7 +488,11 @@ int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *va
     case LM_S_STORE:
       if (!var_step(x, k, l, s->idx, &d) || (d != 0 && d != 1))
         NO("vec loop %d: statement %u's index does not step by 0 or 1", l, id);
-      if (d && !valid_one) NO("vec loop %d: statement %u is a guarded access", l, id);
+      if (d && !valid_one) { /* a store's guard may hold for all lanes alike (the rows of a ragged tile) */
+        int64_t dv = 1;
+        if (s->op == LM_S_LOAD || !var_step(x, k, l, s->valid, &dv) || dv)
+          NO("vec loop %d: statement %u is a guarded access", l, id);
+      }
       if (s->op == LM_S_STORE && d != 1) NO("vec loop %d: store %u writes one element from every lane", l, id);
       v = d == 1;
       for (size_t j = 0; j < b->n; j++) { /* lanes write apart: a store's buffer is read only where it writes */

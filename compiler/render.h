@@ -112,8 +112,8 @@ char *lm_render_plan(const lm_plan *p, lm_dialect d);
 char *lm_render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect d);
 /* May loop l of kernel k be an LM_L_VECTOR loop (the C dialect runs it eight iterations at a
  * time)? Its extent is a constant multiple of 8 and no loop sits in its body; each statement
- * there either holds eight lanes (a load or store whose index steps by 1 with l, and +, * and
- * 1/x of such values; an unguarded select of one) or one value for all of them (it does not
+ * there either holds eight lanes (an unguarded load, or a store guarded alike for every lane,
+ * whose index steps by 1 with l, and +, * and 1/x of such values; an unguarded select of one) or one value for all of them (it does not
  * name l); nothing in it accumulates, draws per lane, or writes one element from every lane;
  * and a buffer stored there is stored once and read there only at the stored index, so the
  * lanes of an iteration touch disjoint elements. vary (per statement, zeroed by the caller) is

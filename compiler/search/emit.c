@@ -13,7 +13,7 @@
 #include "search/term.h"
 
 typedef struct undo {
-  uint8_t piece; /* 0: variable */
+  uint8_t piece; /* 0: variable, 1: piece, 2: the guard of ragged splits (e) */
   uint32_t id;
   lm_expr e;
   int32_t at;
@@ -58,6 +58,7 @@ typedef struct ob {
   uint8_t *seen;  /* scratch per term node */
   lm_expr zero;
   int32_t group_loop; /* the loop of an SK_GROUP term (-1: none) */
+  lm_expr guard;      /* stores hold only where this does: the open ragged splits (0: none) */
   /* loads read from a shared-memory copy (SK_GROUP_STAGED): the access, its shared array, the
    * reduction variables its index uses besides the grid's (the copy's shape, row-major) */
   struct stg {
@@ -224,7 +225,8 @@ static void push_undo(ob *o, uint8_t piece, uint32_t id) {
 static void undo_to(ob *o, size_t mark) {
   while (o->nu > mark) {
     undo u = o->u[--o->nu];
-    if (u.piece) o->pexpr[u.id] = u.e, o->pat[u.id] = u.at;
+    if (u.piece == 2) o->guard = u.e;
+    else if (u.piece) o->pexpr[u.id] = u.e, o->pat[u.id] = u.at;
     else o->vexpr[u.id] = u.e, o->vat[u.id] = u.at;
   }
 }
@@ -262,14 +264,21 @@ static void bind_piece(ob *o, uint32_t p, lm_expr e, int32_t at) {
     sk_piece sib = *q;
     sib.type = q->type == SKP_OUT ? SKP_IN : SKP_OUT;
     sib.extent = q->type == SKP_OUT ? lm_x_const(x, q->b) : 0;
-    if (q->type == SKP_IN) {
-      int64_t whole = sk_piece_const(o->s, q->a);
-      sib.extent = lm_x_const(x, whole / q->b);
-    }
+    int64_t whole = sk_piece_const(o->s, q->a);
+    if (q->type == SKP_IN) sib.extent = lm_x_const(x, (whole + q->b - 1) / q->b); /* ragged: one more */
     uint32_t s = sk_lookup(&o->s->pieces, &sib);
     if (s == UINT32_MAX || s >= o->npieces || !o->pexpr[s]) return;
     lm_expr outer = q->type == SKP_OUT ? e : o->pexpr[s], inner = q->type == SKP_OUT ? o->pexpr[s] : e;
     lm_expr v = lm_x_add(x, lm_x_mul(x, outer, lm_x_const(x, q->b)), inner);
+    if (whole > 0 && whole % q->b) {
+      /* a ragged split: the last outer iteration runs past the end. It reads the last element
+       * again (min(v, whole - 1) = whole - 1 + (v < whole) * (v - whole + 1)) and stores nothing */
+      lm_expr last = lm_x_const(x, whole - 1), in = lm_x_lt(x, v, lm_x_const(x, whole));
+      if (!LM_GROW(o->u, o->ucap, o->nu + 1)) return ofail(o, "out of memory");
+      o->u[o->nu++] = (undo){2, 0, o->guard, 0};
+      o->guard = o->guard ? lm_x_and(x, o->guard, in) : in;
+      v = lm_x_add(x, last, lm_x_mul(x, in, lm_x_sub(x, v, last)));
+    }
     bind_piece(o, q->a, v, deeper(o, at, o->pat[s]));
     return;
   }
@@ -710,6 +719,7 @@ static void effect(ob *o, uint32_t i) {
     const sk_access *ac = sk_access_of(o->s, n->attr);
     uint32_t v = value(o, n->c[0]);
     lm_stmt s = {.op = LM_S_STORE, .a = v, .buf = ac->buf, .idx = tx(o, ac->idx), .valid = tx(o, ac->valid)};
+    if (o->guard) s.valid = simp(o, s.valid ? lm_x_and(x, s.valid, o->guard) : o->guard);
     if (!lm_kernel_use_buf(o->k, ac->buf)) ofail(o, "out of memory");
     put(o, s, o->cur);
     return;

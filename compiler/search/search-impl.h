@@ -24,7 +24,7 @@ lm_status sk_extract_preferring(lm_sk *s, uint32_t root, const uint32_t *best, u
                                 uint32_t *genome, sk_term *out);
 /* Seed `which` (0, 1, ...) of the register tiles the `tile` rule built, as a force map (a node per
  * class, LM_EG_NONE elsewhere): the tile's loops and the joint reductions over it; array
- * accumulators, columns along the stores' unit stride, merged tiles and 4x16 first. 0 when there is
+ * accumulators, columns along the stores' unit stride, column panels (packable) and 4x16 or 6x16 first. 0 when there is
  * no such seed. Random genomes rarely assemble a tile (four loop choices and a reduction form must
  * agree). */
 int sk_tile_seed(lm_sk *s, int which, uint32_t *force);

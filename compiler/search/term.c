@@ -87,10 +87,10 @@ uint32_t sk_piece_new(lm_sk *s, uint32_t type, uint32_t a, uint32_t b) {
   p.b = b;
   switch (type) {
   case SKP_ORIG: p.extent = s->var_ext[a]; break;
-  case SKP_OUT: {
+  case SKP_OUT: { /* a ragged split (b does not divide e): ceil(e / b), the emitter guards the rest */
     int64_t e = sk_piece_const(s, a);
-    if (e < 0 || e % b) return UINT32_MAX;
-    p.extent = lm_x_const(s->x, e / b);
+    if (e < 0 || b < 1) return UINT32_MAX;
+    p.extent = lm_x_const(s->x, (e + b - 1) / b);
     break;
   }
   case SKP_IN: p.extent = lm_x_const(s->x, b); break;

@@ -57,7 +57,9 @@ typedef enum sk_ptype { SKP_ORIG, SKP_OUT, SKP_IN, SKP_MERGE, SKP_GROUP } sk_pty
 
 typedef struct sk_piece {
   uint32_t type; /* sk_ptype */
-  uint32_t a, b; /* ORIG: a = variable; OUT/IN: a = piece, b = factor; MERGE/GROUP: pieces (MERGE: a outer) */
+  uint32_t a, b; /* ORIG: a = variable; OUT/IN: a = piece, b = factor (OUT: ceil(extent / b)
+                  * iterations; where b does not divide, a ragged split the emitter guards);
+                  * MERGE/GROUP: pieces (MERGE: a outer) */
   lm_expr extent;
 } sk_piece;
 
