@@ -68,6 +68,7 @@ typedef struct cand {
   uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
   int gen;          /* generation that made it */
   int seed;         /* 1: a register tile assembled on purpose (sk_tile_seed); 2: the default in vector form */
+  int seed_order;   /* tile seeds: which are timed first past the cut (lower first) */
   char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
 } cand;
 
@@ -639,7 +640,14 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
               if (force[q] != LM_EG_NONE && took_g[q] != LM_EG_NONE) reached = 1, took &= took_g[q] == force[q];
             size_t at = j->nc; /* the term's kernel and its variants (packed) */
             add_term(c, s, j, &t, genome, 0, !(took && reached) ? "random" : r ? "tile-seed+random" : "tile-seed");
-            for (; at < j->nc; at++) j->c[at].seed = took && reached;
+            for (; at < j->nc; at++) { /* past the cut: packed vector forms first, then vector, packed, plain */
+              const char *op = j->c[at].op;
+              size_t len = strlen(op);
+              int v = len > 9 && !strcmp(op + len - 9, "+pack+vec") ? 0 : len > 4 && !strcmp(op + len - 4, "+vec") ? 1
+                    : len > 5 && !strcmp(op + len - 5, "+pack") ? 2 : 3;
+              j->c[at].seed = took && reached;
+              j->c[at].seed_order = v * 2 * SK_TILE_SEEDS + 2 * w + r;
+            }
             sk_term_free(&t);
           }
           j->samples++;
@@ -703,13 +711,16 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
         j->c[i] = tmp;
         at++;
       }
-    for (size_t i = at, cut = at + keep / 3; i < j->nc && at < cut && at < 1 + keep; i++)
-      if (j->c[i].seed) {
-        cand tmp = j->c[at];
-        j->c[at] = j->c[i];
-        j->c[i] = tmp;
-        at++;
-      }
+    for (size_t cut = at + keep / 3; at < cut && at < 1 + keep;) { /* in seed order */
+      size_t b = j->nc;
+      for (size_t i = at; i < j->nc; i++)
+        if (j->c[i].seed == 1 && (b == j->nc || j->c[i].seed_order < j->c[b].seed_order)) b = i;
+      if (b == j->nc) break;
+      cand tmp = j->c[at];
+      j->c[at] = j->c[b];
+      j->c[b] = tmp;
+      at++;
+    }
     top = at - 1;
     for (size_t i = 1 + top; i < 1 + keep; i++) { /* random picks from the rest */
       size_t r = i + (size_t)(sk_rand(&c->rng) % (uint64_t)(j->nc - i));
