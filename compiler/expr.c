@@ -887,6 +887,18 @@ void lm_x_print(const lm_exprs *x, lm_expr e, lm_sb *sb, const char *var_prefix)
   print_rec(x, e, sb, var_prefix, 0);
 }
 
+int lm_x_step(lm_exprs *x, lm_expr e, int var, int nvars, int64_t *d) {
+  if (var < 0 || var >= nvars) return 0;
+  lm_expr *map = lm_calloc((size_t)nvars, sizeof *map); /* 0: the variable stays */
+  if (!map) return 0;
+  map[var] = lm_x_add(x, lm_x_var(x, var), lm_x_const(x, 1));
+  lm_expr diff = map[var] ? lm_x_simplify(x, lm_x_sub(x, lm_x_subst(x, e, map, nvars), e), NULL) : 0;
+  lm_free(map);
+  if (!diff || x->nodes[diff].op != LM_X_CONST) return 0;
+  *d = x->nodes[diff].v;
+  return 1;
+}
+
 lm_expr lm_x_subst(lm_exprs *x, lm_expr e, const lm_expr *map, int nmap) {
   if (!e) return 0;
   const lm_xnode nd = x->nodes[e];

@@ -90,6 +90,9 @@ int lm_x_uses_symbols(const lm_exprs *x, lm_expr e);
 
 /* e with every variable v < nmap that has map[v] != 0 replaced by map[v] (not simplified). */
 lm_expr lm_x_subst(lm_exprs *x, lm_expr e, const lm_expr *map, int nmap);
+/* How e changes when variable var (< nvars) steps by one: 1 with the step in *d when that is a
+ * constant (0: e does not name var), else 0 (the step depends on where, or memory ran out). */
+int lm_x_step(lm_exprs *x, lm_expr e, int var, int nvars, int64_t *d);
 
 int64_t lm_x_eval(const lm_exprs *x, lm_expr e, const int64_t *vars, const int64_t *syms);
 /* C-like text; loop variables print as `var_prefix` followed by their number. */

@@ -453,19 +453,6 @@ static void choose_inline(rk *r) {
   }
 }
 
-/* How expression e changes when loop variable l steps by one: 1 with the step in *d when that is
- * a constant (0: e does not name l), else 0. */
-static int var_step(lm_exprs *x, const lm_kernel *k, int32_t l, lm_expr e, int64_t *d) {
-  lm_expr *map = lm_calloc(k->nloops + 1, sizeof *map);
-  if (!map) return 0;
-  map[l] = lm_x_add(x, lm_x_var(x, l), lm_x_const(x, 1));
-  lm_expr diff = map[l] ? lm_x_simplify(x, lm_x_sub(x, lm_x_subst(x, e, map, (int)k->nloops), e), NULL) : 0;
-  lm_free(map);
-  if (!diff || lm_x_node(x, diff)->op != LM_X_CONST) return 0;
-  *d = lm_x_node(x, diff)->v;
-  return 1;
-}
-
 int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *vary, char *why, size_t cap) {
 #define NO(...) return snprintf(why, cap, __VA_ARGS__), 0
   if (!vary) NO("vec loop %d: no per-statement array", l);
@@ -486,11 +473,11 @@ int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *va
     case LM_S_CONST: break;
     case LM_S_LOAD:
     case LM_S_STORE:
-      if (!var_step(x, k, l, s->idx, &d) || (d != 0 && d != 1))
+      if (!lm_x_step(x, s->idx, l, (int)k->nloops, &d) || (d != 0 && d != 1))
         NO("vec loop %d: statement %u's index does not step by 0 or 1", l, id);
       if (d && !valid_one) { /* a store's guard may hold for all lanes alike (the rows of a ragged tile) */
         int64_t dv = 1;
-        if (s->op == LM_S_LOAD || !var_step(x, k, l, s->valid, &dv) || dv)
+        if (s->op == LM_S_LOAD || !lm_x_step(x, s->valid, l, (int)k->nloops, &dv) || dv)
           NO("vec loop %d: statement %u is a guarded access", l, id);
       }
       if (s->op == LM_S_STORE && d != 1) NO("vec loop %d: store %u writes one element from every lane", l, id);
@@ -511,7 +498,7 @@ int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *va
       v = va;
       break;
     case LM_S_RAND:
-      if (!var_step(x, k, l, s->idx, &d) || d) NO("vec loop %d: draw %u differs by lane", l, id);
+      if (!lm_x_step(x, s->idx, l, (int)k->nloops, &d) || d) NO("vec loop %d: draw %u differs by lane", l, id);
       break;
     case LM_S_ACC_SUM:
     case LM_S_ACC_MAX:

@@ -179,6 +179,16 @@ static void expect_close(const lm_plan *p, const bufs *got, const bufs *want, in
 /* ---------------------------------------------------------------- every candidate */
 
 /* Records h and returns 1 the first time it is seen (while there is room), else 0. */
+/* Kernels a and b run from the same inputs compute bitwise the same results. */
+static void expect_same_kernels(const lm_plan *p, const lm_kernel *a, const lm_kernel *b, const bufs *in, bufs *want,
+                                bufs *got, const char *what) {
+  bufs_copy(want, in);
+  interpret(p, a, 1, want);
+  bufs_copy(got, in);
+  interpret(p, b, 1, got);
+  expect_close(p, got, want, 1, 1, what);
+}
+
 static int first_sight(uint64_t *seen, size_t *n, size_t cap, uint64_t h) {
   for (size_t q = 0; q < *n; q++)
     if (seen[q] == h) return 0;
@@ -775,11 +785,7 @@ Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
       for (size_t i = 0; i < k.nstmts; i++) global += k.stmts[i].op == LM_S_LOAD && !k.stmts[i].local;
       for (size_t i = 0; i < pk.nstmts; i++) global_packed += pk.stmts[i].op == LM_S_LOAD && !pk.stmts[i].local;
       cr_assert_eq(global_packed, global, "seed %d: each packed load is replaced by its copy's load", n);
-      bufs_copy(&want, &in);
-      interpret(p, &k, 1, &want);
-      bufs_copy(&got, &in);
-      interpret(p, &pk, 1, &got);
-      expect_close(p, &got, &want, 1, 1, "a packed tile");
+      expect_same_kernels(p, &k, &pk, &in, &want, &got, "a packed tile");
     }
     lm_kernel_free(&pk);
     lm_kernel_free(&k);
@@ -806,11 +812,7 @@ Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
       if (sk_emit_kernel(&za.s, &t, t.root, &a.p->kernels[ki], &k) == LM_OK) {
         OK(sk_kernel_copy(&k, &pk));
         cr_assert_geq(sk_pack_kernel(a.p, &pk), 0);
-        bufs_copy(&wa, &ina);
-        interpret(a.p, &k, 1, &wa);
-        bufs_copy(&ga, &ina);
-        interpret(a.p, &pk, 1, &ga);
-        expect_close(a.p, &ga, &wa, 1, 1, "an adam candidate, packed");
+        expect_same_kernels(a.p, &k, &pk, &ina, &wa, &ga, "an adam candidate, packed");
         tried++;
         lm_kernel_free(&pk);
         lm_kernel_free(&k);
@@ -856,11 +858,8 @@ Test(genetic, vector_variants_of_tile_seeds_mark_the_column_loops_and_compute_th
       char *src = lm_render_kernel(p, &vk, LM_DIALECT_C);
       cr_assert(src && strstr(src, "lm_v8") && strstr(src, "LM_CONTRACT"), "seed %d: %s", n, src ? src : lm_last_error());
       free(src);
-      bufs_copy(&want, &in); /* the interpreter runs a vec loop as the serial loop it was */
-      interpret(p, &k, 1, &want);
-      bufs_copy(&got, &in);
-      interpret(p, &vk, 1, &got);
-      expect_close(p, &got, &want, 1, 1, "a tile seed in vector form");
+      /* the interpreter runs a vec loop as the serial loop it was */
+      expect_same_kernels(p, &k, &vk, &in, &want, &got, "a tile seed in vector form");
     }
     cr_assert_eq(sk_vec_kernel(p, &vk), 0, "seed %d: a second pass finds nothing left", n);
     lm_kernel_free(&vk);

@@ -219,7 +219,9 @@ static void push_undo(ob *o, uint8_t piece, uint32_t id) {
     ofail(o, "out of memory");
     return;
   }
-  o->u[o->nu++] = piece ? (undo){1, id, o->pexpr[id], o->pat[id]} : (undo){0, id, o->vexpr[id], o->vat[id]};
+  o->u[o->nu++] = piece == 2 ? (undo){2, 0, o->guard, 0}
+                  : piece  ? (undo){1, id, o->pexpr[id], o->pat[id]}
+                           : (undo){0, id, o->vexpr[id], o->vat[id]};
 }
 
 static void undo_to(ob *o, size_t mark) {
@@ -274,8 +276,7 @@ static void bind_piece(ob *o, uint32_t p, lm_expr e, int32_t at) {
       /* a ragged split: the last outer iteration runs past the end. It reads the last element
        * again (min(v, whole - 1) = whole - 1 + (v < whole) * (v - whole + 1)) and stores nothing */
       lm_expr last = lm_x_const(x, whole - 1), in = lm_x_lt(x, v, lm_x_const(x, whole));
-      if (!LM_GROW(o->u, o->ucap, o->nu + 1)) return ofail(o, "out of memory");
-      o->u[o->nu++] = (undo){2, 0, o->guard, 0};
+      push_undo(o, 2, 0);
       o->guard = o->guard ? lm_x_and(x, o->guard, in) : in;
       v = lm_x_add(x, last, lm_x_mul(x, in, lm_x_sub(x, v, last)));
     }

@@ -311,13 +311,8 @@ static int unit_stride(lm_sk *s, uint32_t c, uint32_t p) {
     if (!v->n) return 0;
     const lm_enode *n = lm_eg_node(g, v->v[0]);
     if (n->op == SK_STORE) {
-      const sk_access *ac = sk_access_of(s, n->attr);
-      lm_expr *map = lm_calloc(s->nvars + 1, sizeof *map); /* 0: the variable stays */
-      if (!map) return 0;
-      map[q->a] = lm_x_add(s->x, lm_x_var(s->x, (int32_t)q->a), lm_x_const(s->x, 1));
-      lm_expr d = lm_x_simplify(s->x, lm_x_sub(s->x, lm_x_subst(s->x, ac->idx, map, (int)s->nvars), ac->idx), NULL);
-      lm_free(map);
-      return lm_x_is_const(s->x, d, 1);
+      int64_t d = 0;
+      return lm_x_step(s->x, sk_access_of(s, n->attr)->idx, (int)q->a, (int)s->nvars, &d) && d == 1;
     }
     if (n->op != SK_SEQ && n->op != SK_LOOP) return 0;
     c = n->c[0];

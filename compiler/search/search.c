@@ -67,6 +67,7 @@ typedef struct cand {
   uint8_t part;     /* the translation unit it was compiled in (compile_jobs) */
   uint32_t *genome; /* node per class (genetic search only; NULL otherwise) */
   int gen;          /* generation that made it */
+  int variant;      /* 0 as emitted, 1 work-groups, 2 packed, 3 vector, 4 packed vector (add_term) */
   int seed;         /* 1: a register tile assembled on purpose (sk_tile_seed); 2: the default in vector form */
   int seed_order;   /* tile seeds: which are timed first past the cut (lower first) */
   char op[48];      /* how: default, greedy, random, exhaustive, mutation(cN), crossover(cA,cB)[+mutation] */
@@ -432,24 +433,14 @@ static int add_term(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_t 
   for (int i = 0; i < 2 && !c->dev && c->o->allow_rounding; i++)
     if ((i == 0 || pack) && sk_kernel_copy(i ? &pk : &k, &vk[i]) == LM_OK && !(vec[i] = sk_vec_kernel(c->plan, &vk[i]) > 0))
       lm_kernel_free(&vk[i]);
-  int r = add_kernel(c, s, j, t, genome, gen, op, &k, 0);
-  if (gpu) {
-    char op2[48];
-    snprintf(op2, sizeof op2, "%s+gpu", op);
-    int r2 = add_kernel(c, s, j, t, genome, gen, op2, &g, 1);
-    if (r < 0) r = r2;
-  }
-  if (pack) {
-    char op2[48];
-    snprintf(op2, sizeof op2, "%.40s+pack", op);
-    int r2 = add_kernel(c, s, j, t, genome, gen, op2, &pk, 2);
-    if (r < 0) r = r2;
-  }
-  for (int i = 0; i < 2; i++)
-    if (vec[i]) {
+  static const char *const suffix[] = {"", "+gpu", "+pack", "+vec", "+pack+vec"};
+  lm_kernel *ks[] = {&k, gpu ? &g : NULL, pack ? &pk : NULL, vec[0] ? &vk[0] : NULL, vec[1] ? &vk[1] : NULL};
+  int r = -2;
+  for (int v = 0; v < (int)LM_COUNTOF(ks); v++)
+    if (ks[v]) {
       char op2[48];
-      snprintf(op2, sizeof op2, "%.34s%s+vec", op, i ? "+pack" : "");
-      int r2 = add_kernel(c, s, j, t, genome, gen, op2, &vk[i], 3 + i);
+      snprintf(op2, sizeof op2, "%.38s%s", op, suffix[v]);
+      int r2 = add_kernel(c, s, j, t, genome, gen, op2, ks[v], v);
       if (r < 0) r = r2;
     }
   return r;
@@ -463,6 +454,7 @@ static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_
   d.k = *k; /* owned from here */
   memset(k, 0, sizeof *k);
   d.gpu = variant == 1;
+  d.variant = variant;
   d.rounding = (variant == 1 && c->dev->gpu->tree_reductions && c->o->allow_rounding) || variant >= 3; /* FMAs */
   d.hash = source_hash(c, &d.k);
   if (!d.hash) {
@@ -641,12 +633,9 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
             size_t at = j->nc; /* the term's kernel and its variants (packed) */
             add_term(c, s, j, &t, genome, 0, !(took && reached) ? "random" : r ? "tile-seed+random" : "tile-seed");
             for (; at < j->nc; at++) { /* past the cut: packed vector forms first, then vector, packed, plain */
-              const char *op = j->c[at].op;
-              size_t len = strlen(op);
-              int v = len > 9 && !strcmp(op + len - 9, "+pack+vec") ? 0 : len > 4 && !strcmp(op + len - 4, "+vec") ? 1
-                    : len > 5 && !strcmp(op + len - 5, "+pack") ? 2 : 3;
+              static const int rank[] = {3, 3, 2, 1, 0}; /* by variant */
               j->c[at].seed = took && reached;
-              j->c[at].seed_order = v * 2 * SK_TILE_SEEDS + 2 * w + r;
+              j->c[at].seed_order = rank[j->c[at].variant] * 2 * SK_TILE_SEEDS + 2 * w + r;
             }
             sk_term_free(&t);
           }
