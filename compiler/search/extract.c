@@ -409,7 +409,7 @@ static int cmp_seed(const void *a, const void *b) {
 }
 
 int sk_tile_seed(lm_sk *s, int which, uint32_t *force) {
-  enum { CAP = 256 };
+  enum { CAP = 4096 }; /* the PPO update's hidden layers offer ~1800 (256 cut off its 6x16 tiles) */
   seed *all = lm_malloc(CAP * sizeof *all);
   uint8_t *seen = lm_calloc(s->eg->nclasses + 1, 1);
   int n = all && seen ? find_seeds(s, all, CAP) : 0, ok = 0;

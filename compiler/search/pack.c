@@ -99,7 +99,8 @@ int sk_pack_kernel(const lm_plan *p, lm_kernel *k) {
   size_t nl = k->nloops, ns = k->nstmts; /* loops and loads added here are not candidates */
   for (int32_t L = 0; L < (int32_t)nl; L++) { /* parents before children: the outermost L first */
     const lm_xnode *e = lm_x_node(&p->g->x, k->loops[L].extent);
-    if (L < k->npar || k->loops[L].kind != LM_L_SERIAL || e->op != LM_X_CONST || e->v < 2) continue;
+    /* a symbolic extent (the row tiles of a batch) may be 1 at run time: measurement decides */
+    if (L < k->npar || k->loops[L].kind != LM_L_SERIAL || (e->op == LM_X_CONST && e->v < 2)) continue;
     for (uint32_t i = 0; i < ns; i++) {
       const lm_stmt *s = &k->stmts[i];
       if (s->op != LM_S_LOAD || s->local || !encloses(k, L, s->loop)) continue;

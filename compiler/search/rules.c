@@ -107,8 +107,9 @@ static int merge_apply(void *ctx, lm_egraph *g, const lm_match *m) {
 static int tile_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_loopattr *a = loop_at(s, g, m, 0), *b = loop_at(s, g, m, 1);
+  int64_t Ea = sk_piece_const(s, a->piece); /* -1: symbolic (a batch); its tiles are ragged */
   return a->kind < SK_UNROLL && b->kind < SK_UNROLL && sk_piece_depth(s, a->piece) == 0 &&
-         sk_piece_depth(s, b->piece) == 0 && dat(g, m->var[0])->has_red && sk_piece_const(s, a->piece) >= 4 &&
+         sk_piece_depth(s, b->piece) == 0 && dat(g, m->var[0])->has_red && (Ea >= 4 || Ea < 0) &&
          sk_piece_const(s, b->piece) >= 16;
 }
 static int tile_apply(void *ctx, lm_egraph *g, const lm_match *m) {
@@ -117,12 +118,14 @@ static int tile_apply(void *ctx, lm_egraph *g, const lm_match *m) {
   int64_t Ea = sk_piece_const(s, a.piece), Eb = sk_piece_const(s, b.piece);
   /* 6x16: twelve accumulators, enough FMAs in flight to fill both pipes (4x16 has eight); its
    * rows may be ragged (256 = 42 * 6 + 4): the last tile reads the last row again and stores
-   * only the rows that exist (emit.c) */
+   * only the rows that exist (emit.c); rows of a symbolic extent (a batch) are always taken as
+   * ragged, in tiles of 6 or 4 */
   static const uint32_t tiles[][2] = {{6, 16}, {4, 16}, {4, 8}, {2, 16}, {8, 8}, {2, 32}};
   int made = 0;
   for (size_t t = 0; t < LM_COUNTOF(tiles); t++) {
     uint32_t fa = tiles[t][0], fb = tiles[t][1];
-    if ((Ea % fa && fa != 6) || Ea <= fa || Eb % fb || Eb <= fb) continue;
+    if (Ea < 0 ? fa != 6 && fa != 4 : (Ea % fa && fa != 6) || Ea <= fa) continue;
+    if (Eb % fb || Eb <= fb) continue;
     uint32_t ao = sk_piece_new(s, SKP_OUT, a.piece, fa), ai = sk_piece_new(s, SKP_IN, a.piece, fa);
     uint32_t bo = sk_piece_new(s, SKP_OUT, b.piece, fb), bi = sk_piece_new(s, SKP_IN, b.piece, fb);
     if (ao == UINT32_MAX || ai == UINT32_MAX || bo == UINT32_MAX || bi == UINT32_MAX) continue;

@@ -79,6 +79,13 @@ static uint64_t expr_vars(const lm_exprs *x, lm_expr e) {
   }
 }
 
+lm_expr sk_split_outer_extent(lm_sk *s, uint32_t a, uint32_t b) {
+  int64_t e = sk_piece_const(s, a);
+  if (e >= 0) return lm_x_const(s->x, (e + b - 1) / b);
+  lm_expr E = sk_piece_of(s, a)->extent;
+  return lm_x_simplify(s->x, lm_x_div(s->x, lm_x_add(s->x, E, lm_x_const(s->x, (int64_t)b - 1)), lm_x_const(s->x, b)), NULL);
+}
+
 uint32_t sk_piece_new(lm_sk *s, uint32_t type, uint32_t a, uint32_t b) {
   sk_piece p;
   memset(&p, 0, sizeof p);
@@ -87,12 +94,10 @@ uint32_t sk_piece_new(lm_sk *s, uint32_t type, uint32_t a, uint32_t b) {
   p.b = b;
   switch (type) {
   case SKP_ORIG: p.extent = s->var_ext[a]; break;
-  case SKP_OUT: { /* a ragged split (b does not divide e): ceil(e / b), the emitter guards the rest */
-    int64_t e = sk_piece_const(s, a);
-    if (e < 0 || b < 1) return UINT32_MAX;
-    p.extent = lm_x_const(s->x, (e + b - 1) / b);
+  case SKP_OUT: /* a ragged split (b does not divide e, or e is symbolic): ceil(e / b), the emitter guards the rest */
+    if (b < 1) return UINT32_MAX;
+    p.extent = sk_split_outer_extent(s, a, b);
     break;
-  }
   case SKP_IN: p.extent = lm_x_const(s->x, b); break;
   case SKP_MERGE: p.extent = lm_x_simplify(s->x, lm_x_mul(s->x, sk_piece_of(s, a)->extent, sk_piece_of(s, b)->extent), NULL); break;
   case SKP_GROUP: p.extent = sk_piece_of(s, a)->extent; break;

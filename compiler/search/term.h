@@ -127,6 +127,9 @@ uint32_t sk_access_new(lm_sk *s, const sk_access *a);
 uint32_t sk_red_new(lm_sk *s, const sk_redattr *r);
 /* Logical variables a piece binds (bit v % 64). */
 uint64_t sk_piece_vars(const lm_sk *s, uint32_t p);
+/* ceil(extent of piece a / b): the extent of the outer part of a split of a by b (a ragged one
+ * where b does not divide it or it is symbolic). */
+lm_expr sk_split_outer_extent(lm_sk *s, uint32_t a, uint32_t b);
 /* Constant extent of a piece, or -1. */
 int64_t sk_piece_const(const lm_sk *s, uint32_t p);
 int sk_piece_depth(const lm_sk *s, uint32_t p); /* splits above the whole variables */
