@@ -65,6 +65,35 @@ static const char c_prelude[] =
     "#define LM_CONTRACT _Pragma(\"clang fp contract(fast)\")\n"
     "#else\n"
     "#define LM_CONTRACT\n"
+    "#endif\n"
+    "/* exp2 of eight lanes (a vec loop's tanh and softmax): 2^n p(f) with n = round(x), f = x - n\n"
+    " * in [-1/2, 1/2] and p a degree-6 polynomial, within 6e-7 of exp2 (relative) where the result\n"
+    " * is normal; 2^n goes on in two halves, so subnormal results and overflow to inf come out as\n"
+    " * exp2's; x is clamped to [-160, 160] first (NaN stays NaN). 1.5 * 2^23 added rounds x. A\n"
+    " * libmvec call in a loop of register tiles costs more: the tile's lanes spill around it. */\n"
+    "#if defined(__GNUC__)\n"
+    "#if defined(__clang__) /* inlined always, and entry points take pointers: no call passes a vector */\n"
+    "#pragma clang diagnostic ignored \"-Wunknown-warning-option\"\n"
+    "#endif\n"
+    "#pragma GCC diagnostic ignored \"-Wpsabi\"\n"
+    "typedef int32_t lm_i8 __attribute__((vector_size(32), aligned(4), may_alias));\n"
+    "LM_HELPER lm_v8 lm_exp2_v8(lm_v8 x) {\n"
+    "  LM_CONTRACT\n"
+    "  const lm_v8 hi = lm_splat8(160.0f), lo = lm_splat8(-160.0f), magic = lm_splat8(12582912.0f);\n"
+    "  lm_i8 m = x > hi;\n"
+    "  x = (lm_v8)(((lm_i8)hi & m) | ((lm_i8)x & ~m));\n"
+    "  m = x < lo;\n"
+    "  x = (lm_v8)(((lm_i8)lo & m) | ((lm_i8)x & ~m));\n"
+    "  lm_v8 t = x + magic, f = x - (t - magic);\n"
+    "  lm_v8 p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;\n"
+    "  p = p * f + 9.618437357674640e-3f;\n"
+    "  p = p * f + 5.550332471162809e-2f;\n"
+    "  p = p * f + 2.402264791363012e-1f;\n"
+    "  p = p * f + 6.931472028550421e-1f;\n"
+    "  p = p * f + 1.0f;\n"
+    "  lm_i8 n = (lm_i8)t - 0x4B400000, n1 = n >> 1, n2 = n - n1;\n"
+    "  return p * (lm_v8)((n1 + 127) << 23) * (lm_v8)((n2 + 127) << 23);\n"
+    "}\n"
     "#endif\n";
 
 static const char cuda_prelude[] =
@@ -491,7 +520,8 @@ int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *va
       break;
     case LM_S_ADD:
     case LM_S_MUL: v = va || vb; break;
-    case LM_S_RECIP: v = va; break;
+    case LM_S_RECIP:
+    case LM_S_EXP2: v = va; break; /* lm_exp2_v8 */
     case LM_S_SELECT:
       if (s->valid && lm_x_is_const(x, s->valid, 0)) break; /* prints as 0 */
       if (va && !valid_one) NO("vec loop %d: statement %u selects lanes", l, id);
@@ -721,7 +751,7 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
   case LM_S_EXP2:
   case LM_S_SIN:
   case LM_S_SQRT:
-    lm_sb_printf(sb, "%s(", d->math[LM_MATH_LOG2 + (s->op - LM_S_LOG2)]);
+    lm_sb_printf(sb, "%s(", s->op == LM_S_EXP2 && r->vary[id] ? "lm_exp2_v8" : d->math[LM_MATH_LOG2 + (s->op - LM_S_LOG2)]);
     print_value(r, sb, s->a, 0);
     lm_sb_puts(sb, ")");
     return;

@@ -854,6 +854,69 @@ Test(genetic, tiles_over_a_symbolic_batch_are_peeled_and_equal_the_reference_for
   lowered_free(&l);
 }
 
+/* Laned sums over a symbolic batch (red-lanes; the PPO update's entropy and clipped-loss sums
+ * over M rows): f partial sums over the M / f full groups, then the last M % f terms into lanes
+ * 0.., then the lanes summed. Every laned candidate drawn agrees with the reference (within
+ * rounding: the order of the sum changes) for 50, 48 and 5 rows, and one has the tail loop. */
+Test(genetic, laned_sums_over_a_symbolic_batch_add_the_last_terms_after_the_full_groups) {
+  lm_graph_t *g0 = lm_graph_new();
+  lm_dim M = lm_sym(g0, "M");
+  lm_tensor xx = lm_input(g0, "x", LM_ROLE_DATA, 2, (lm_dim[]){M, 2});
+  cr_assert_eq(lm_output(lm_sum(lm_mul(xx, lm_exp(xx)), 0, 0), "s"), LM_OK);
+  lowered l = lower(g0);
+  lm_plan *p = l.p;
+  saturated z;
+  saturate(&l, 0, &z, "sum over a batch");
+  int nr, lanes = -1;
+  const lm_rule *rules = sk_rules(&nr);
+  for (int r = 0; r < nr; r++)
+    if (!strcmp(rules[r].name, "red-lanes")) lanes = r;
+  cr_assert(lanes >= 0);
+  static const char *const names[] = {"M"};
+  static const int64_t batches[] = {50, 48, 5};
+  uint64_t rng = 5;
+  int laned = 0, tails = 0;
+  for (int d = 0; d < 200 && laned < 12; d++) {
+    sk_term t;
+    if (sk_extract(&z.s, z.root, z.best, NULL, &rng, 0, NULL, &t) != LM_OK) continue;
+    int rounding = 0;
+    uint64_t used = sk_term_rules(&z.s, &t, &rounding);
+    lm_kernel k;
+    lm_status st = (used >> lanes & 1) ? sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k) : LM_ERR_INVALID;
+    sk_term_free(&t);
+    if (st != LM_OK) continue;
+    laned++;
+    for (size_t a = 0; a < k.nloops; a++) { /* M % f iterations: 2 of 50 and 0 of 48 for f = 4 or 8 or 16 */
+      int64_t s50[1] = {50}, s48[1] = {48};
+      int64_t e50 = lm_x_eval(&p->g->x, k.loops[a].extent, NULL, s50), e48 = lm_x_eval(&p->g->x, k.loops[a].extent, NULL, s48);
+      tails += e50 == 2 && e48 == 0;
+    }
+    for (size_t b = 0; b < LM_COUNTOF(batches); b++) {
+      int64_t *v = bind_syms(l.g, names, &batches[b], 1);
+      test_syms = v;
+      bufs in = bufs_new(p, 3), want = bufs_new(p, 1), got = bufs_new(p, 1);
+      bufs_copy(&want, &in);
+      bufs_copy(&got, &in);
+      interpret(p, &p->kernels[0], 1, &want);
+      interpret(p, &k, 1, &got);
+      char what[64];
+      snprintf(what, sizeof what, "laned candidate %d, a batch of %lld", laned, (long long)batches[b]);
+      expect_close(p, &got, &want, 0, 0, what);
+      bufs_free(&in);
+      bufs_free(&want);
+      bufs_free(&got);
+      test_syms = NULL;
+      free(v);
+    }
+    lm_kernel_free(&k);
+  }
+  cr_log_info("sum over a batch: %d laned candidates, %d tail loops", laned, tails);
+  cr_assert_geq(laned, 3, "only %d laned candidates of a sum over a symbolic batch", laned);
+  cr_assert_geq(tails, 1, "no laned candidate adds the last M %% f terms in a loop of its own");
+  saturated_free(&z);
+  lowered_free(&l);
+}
+
 /* Packing (pack.c): a matmul's column panels (tile seeds whose column tiles are the parallel
  * loop and whose row tiles run in order inside) get B's panel copied once per panel into a
  * 64 x 16 local array that the tile's loads read; every seed, packed or not, and every

@@ -378,7 +378,7 @@ static uint32_t red_value(ob *o, uint32_t i) {
   /* a copy: interning expressions below may move the node array */
   int64_t kconst = lm_x_node(x, K)->op == LM_X_CONST ? lm_x_node(x, K)->v : -1;
   uint32_t lanes = r->lanes;
-  if (lanes > 1 && (r->op != SK_RED_SUM || kconst < (int64_t)lanes || kconst % lanes)) lanes = 1;
+  if (lanes > 1 && (r->op != SK_RED_SUM || (kconst >= 0 && (kconst < (int64_t)lanes || kconst % lanes)))) lanes = 1;
   int32_t saved = o->cur;
   size_t mark = o->nu;
   uint32_t body = n->c[0];
@@ -397,29 +397,34 @@ static uint32_t red_value(ob *o, uint32_t i) {
     undo_to(o, mark);
     return a;
   }
-  /* f partial sums l[u] over k = ko*f + u, then their sum */
+  /* f partial sums l[u] over k = ko*f + u, then their sum; over a symbolic K the last K % f
+   * terms go to lanes 0.. K % f - 1 after the full groups */
   uint32_t la = new_local(o, lanes);
   lm_expr f = lm_x_const(x, lanes);
+  lm_expr groups = kconst >= 0 ? lm_x_const(x, kconst / lanes) : simp(o, lm_x_div(x, K, f));
   int32_t Li = new_loop(o, parent, f, LM_L_SERIAL);
   if (o->bad) return 0;
   o->cur = Li;
   uint32_t zero = put(o, (lm_stmt){.op = LM_S_CONST, .f = 0.0f}, -1);
   put(o, (lm_stmt){.op = LM_S_STORE, .a = zero, .buf = la, .local = 1, .idx = lm_x_var(x, Li), .valid = one}, Li);
   o->cur = saved;
-  int32_t Lo = new_loop(o, parent, lm_x_const(x, kconst / lanes), LM_L_SERIAL);
+  int32_t Lo = new_loop(o, parent, groups, LM_L_SERIAL);
   if (o->bad) return 0;
-  o->cur = Lo;
-  int32_t Lu = new_loop(o, Lo, f, LM_L_SERIAL);
-  if (o->bad) return 0;
-  o->cur = Lu;
-  bind_var(o, r->var, simp(o, lm_x_add(x, lm_x_mul(x, lm_x_var(x, Lo), f), lm_x_var(x, Lu))), Lu);
-  uint32_t v = value(o, body);
-  lm_expr iu = lm_x_var(x, Lu);
-  uint32_t old = put(o, (lm_stmt){.op = LM_S_LOAD, .buf = la, .local = 1, .idx = iu, .valid = one}, Lu);
-  uint32_t sum = put(o, (lm_stmt){.op = LM_S_ADD, .a = old, .b = v}, Lu);
-  put(o, (lm_stmt){.op = LM_S_STORE, .a = sum, .buf = la, .local = 1, .idx = iu, .valid = one}, Lu);
-  undo_to(o, mark);
-  o->cur = saved;
+  for (int tail = 0; tail < 1 + (kconst < 0) && !o->bad; tail++) {
+    if (!tail) o->cur = Lo;
+    int32_t Lu = tail ? new_loop(o, parent, simp(o, lm_x_mod(x, K, f)), LM_L_SERIAL) : new_loop(o, Lo, f, LM_L_SERIAL);
+    if (o->bad) return 0;
+    o->cur = Lu;
+    lm_expr base = tail ? groups : lm_x_var(x, Lo);
+    bind_var(o, r->var, simp(o, lm_x_add(x, lm_x_mul(x, base, f), lm_x_var(x, Lu))), Lu);
+    uint32_t v = value(o, body);
+    lm_expr iu = lm_x_var(x, Lu);
+    uint32_t old = put(o, (lm_stmt){.op = LM_S_LOAD, .buf = la, .local = 1, .idx = iu, .valid = one}, Lu);
+    uint32_t sum = put(o, (lm_stmt){.op = LM_S_ADD, .a = old, .b = v}, Lu);
+    put(o, (lm_stmt){.op = LM_S_STORE, .a = sum, .buf = la, .local = 1, .idx = iu, .valid = one}, Lu);
+    undo_to(o, mark);
+    o->cur = saved;
+  }
   uint32_t a = put(o, (lm_stmt){.op = LM_S_ACC, .f = 0.0f}, parent);
   int32_t Lr = new_loop(o, parent, f, LM_L_SERIAL);
   if (o->bad) return 0;

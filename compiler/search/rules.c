@@ -502,7 +502,8 @@ static int64_t var_const(lm_sk *s, uint32_t v) {
 static int lanes_guard(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
   const sk_redattr *r = red_at(s, g, m);
-  return r->op == SK_RED_SUM && r->lanes == 1 && !r->nj && var_const(s, r->var) >= 8;
+  int64_t K = var_const(s, r->var); /* -1: symbolic (a batch); its last K % f terms follow the groups */
+  return r->op == SK_RED_SUM && r->lanes == 1 && !r->nj && (K >= 8 || K < 0);
 }
 static int lanes_apply(void *ctx, lm_egraph *g, const lm_match *m) {
   lm_sk *s = ctx;
@@ -511,7 +512,7 @@ static int lanes_apply(void *ctx, lm_egraph *g, const lm_match *m) {
   int made = 0;
   static const uint32_t fs[] = {4, 8, 16};
   for (size_t i = 0; i < LM_COUNTOF(fs); i++) {
-    if (K % fs[i] || K < 2 * (int64_t)fs[i]) continue;
+    if (K >= 0 && (K % fs[i] || K < 2 * (int64_t)fs[i])) continue;
     r.lanes = fs[i];
     made += join(g, m->root, mk(g, SK_RED, sk_red_new(s, &r), 1, m->var[0], 0));
   }

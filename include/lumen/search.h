@@ -24,7 +24,7 @@ typedef struct lm_search_options {
                            ($LUMEN_SEARCH_EXACT=1 turns them off) */
   int fuse_kernels;     /* fuse independent kernels over the same domain first, default 1 */
   int64_t sym_default;  /* value of a symbol the caller does not bind (default 256) */
-  int64_t min_work;     /* kernels with fewer loop iterations are left alone (default 4096) */
+  int64_t min_work;     /* kernels that execute fewer statements are left alone (default 4096) */
   uint64_t seed;
   const char *backend;  /* lm_search_bench only: where both plans run and the search times (NULL or
                            "cpu": the cpu; "opencl", "cuda": that device, kernel by kernel) */
