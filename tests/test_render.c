@@ -289,6 +289,41 @@ static fx *fx_pad(void) {
   return f;
 }
 
+/* ---- a gather by running remainders: for i < 6 (threads), j < 7 (serial), with symbols N = 13
+ * and A = 30 (a step larger than the divisor):
+ *   out[7 i + j] = x[(A i - 3 j + 11) mod N] + x[(2 A j + i) mod N] + x[(A i + 5) mod N] */
+static void verify_gather(const fx *f, double rtol) {
+  (void)rtol;
+  int64_t n = f->sym[0], a = f->sym[1];
+  const float *x = f->buf[0];
+  for (int64_t i = 0; i < 6; i++)
+    for (int64_t j = 0; j < 7; j++) {
+      float want = x[floormod64(a * i - 3 * j + 11, n)] + x[floormod64(2 * a * j + i, n)] + x[floormod64(a * i + 5, n)];
+      expect_float("gather", (size_t)(i * 7 + j), f->buf[1][i * 7 + j], want, 0);
+    }
+}
+
+static fx *fx_gather(void) {
+  fx *f = fx_new();
+  lm_expr n = xsym(f, "N", 13), a = xsym(f, "A", 30);
+  uint32_t x = fx_buf(f, LM_BUF_INPUT, 13, 1), out = fx_buf(f, LM_BUF_OUTPUT, 42, 0);
+  fx_fill(f, x, 9, -4, 4);
+  lm_kernel *k = fx_kernel(f, "k0_gather");
+  int32_t l0 = loop(k, -1, xc(f, 6), LM_L_PARALLEL);
+  k->npar = 1;
+  int32_t l1 = loop(k, l0, xc(f, 7), LM_L_SERIAL);
+  lm_expr i = xv(f, l0), j = xv(f, l1);
+  lm_expr e0 = xadd(f, xadd(f, xmul(f, a, i), xmul(f, j, xc(f, -3))), xc(f, 11));
+  lm_expr e1 = xadd(f, xmul(f, xmul(f, a, xc(f, 2)), j), i), e2 = xadd(f, xmul(f, a, i), xc(f, 5));
+  uint32_t v0 = s_load(f, k, l1, x, lm_x_mod(X(f), e0, n), 0, -1);
+  uint32_t v1 = s_load(f, k, l1, x, lm_x_mod(X(f), e1, n), 0, -1);
+  uint32_t v2 = s_load(f, k, l1, x, lm_x_mod(X(f), e2, n), 0, -1);
+  uint32_t sum = s_op(k, l1, LM_S_ADD, s_op(k, l1, LM_S_ADD, v0, v1), v2);
+  s_store(f, k, l1, out, xadd(f, xmul(f, i, xc(f, 7)), j), sum);
+  f->verify = verify_gather;
+  return f;
+}
+
 /* ---- RAND: out[i] = uniform(stream 3, element i), big[i] = uniform(stream 0, element i + 2^33 + 1)
  * over [N, 4] (the large offset needs 64-bit index arithmetic) */
 
@@ -521,7 +556,7 @@ static const struct {
   fx_maker make;
 } fixtures[] = {{"chain", fx_chain}, {"reduce", fx_reduce}, {"pad", fx_pad}, {"rand", fx_rand},
                 {"root", fx_root},   {"consts", fx_consts}, {"dead", fx_dead}, {"vec", fx_vec},
-                {"vexp", fx_vexp}};
+                {"vexp", fx_vexp}, {"gather", fx_gather}};
 
 static char *render(const fx *f, lm_dialect d) {
   char *s = lm_render_plan(f->p, d);
@@ -683,9 +718,30 @@ Test(render_c, padded_load_reads_only_where_valid_and_floor_division_is_exact) {
   char *src = render(f, LM_DIALECT_C);
   const char *pad = kernel_text(src, "k0_pad"), *roll = kernel_text(src, "k1_roll");
   expect_in(pad, "float v0 = (0 < i0 && i0 < s_N + 1) ? b0[i0 - 1] : 0.0f;");
-  expect_in(roll, "b0[lm_floormod(i0 - 3, s_N)]");
-  expect_in(roll, "b0[(i0 + 5) % s_N]"); /* dividend provably >= 0: plain % */
-  expect_in(roll, "b0[lm_floordiv(i0 - 3, 4) + 1]");
+  /* (i0 - 3) mod N and (i0 + 5) mod N: running remainders over the thread's rows (strength_reduce) */
+  expect_in(roll, "q0_0 = lm_floormod(-3 + start, s_N), q0_0d = lm_floormod(1, s_N), q0_0n = s_N");
+  expect_in(roll, "b0[q0_0] + b0[q0_1]");
+  expect_in(roll, "b0[lm_floordiv(i0 - 3, 4) + 1]"); /* a constant divisor: the compiler multiplies */
+  expect_not_in(roll, " % ");
+  free(src);
+  fx_free(f);
+}
+
+/* A modulo by a symbolic divisor whose dividend steps by the same amount each iteration of an
+ * open loop is a running remainder instead of a 64-bit division per iteration: over the serial
+ * loop (steps -3 and 2A, A = 30 > N = 13) and over a thread's chunk of the parallel loop (step A,
+ * from its start); every chunking computes exactly what the indices do. */
+Test(render_c, modulos_by_a_symbol_become_running_remainders_for_any_chunking) {
+  for (int chunks = 1; chunks <= 6; chunks += 2) fx_free(run_c_fixture(fx_gather, chunks));
+  fx *f = fx_gather();
+  char *src = render(f, LM_DIALECT_C);
+  const char *k = kernel_text(src, "k0_gather");
+  expect_in(k, "for (int64_t i0 = start, q0_");
+  expect_in(k, "+ start*(s_A)");
+  expect_in(k, "for (int64_t i1 = 0, q1_");
+  expect_in(k, "= lm_floormod(-3, s_N)");
+  expect_not_in(k, " % ");
+  expect_in(k, "b1[i0*7 + i1] = b0[q1_1] + b0[q1_2] + b0[q0_0];"); /* no division in the body */
   free(src);
   fx_free(f);
 }
