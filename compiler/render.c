@@ -984,58 +984,40 @@ static int in_loop(const rk *r, uint32_t stmt, int32_t l) {
   return 0;
 }
 
+/* The running remainders [mark, nsr) of loop l that its body printed: their start values in the
+ * loop's first clause (init 1) or their steps in its last (init 0). */
+static void sr_clause(rk *r, lm_sb *sb, int32_t l, size_t mark, int chunk, int init) {
+  for (size_t i = mark; i < r->nsr; i++) {
+    const struct srmod *q = &r->sr[i];
+    if (!q->used) continue;
+    if (!init) {
+      lm_sb_printf(sb, ", q%d_%zu += q%d_%zud, q%d_%zu -= q%d_%zu >= q%d_%zun ? q%d_%zun : 0", l, i, l, i, l, i, l, i,
+                   l, i, l, i);
+      continue;
+    }
+    lm_expr n = r->x->nodes[q->mod].b;
+    lm_sb_printf(sb, ", q%d_%zu = lm_floormod(", l, i);
+    print_x(r, sb, q->a0, 3, 0);
+    if (chunk && lm_x_is_const(r->x, q->d, 1)) lm_sb_puts(sb, " + start");
+    else if (chunk) {
+      lm_sb_puts(sb, " + start*(");
+      print_x(r, sb, q->d, 0, 0);
+      lm_sb_puts(sb, ")");
+    }
+    lm_sb_puts(sb, ", ");
+    print_x(r, sb, n, 0, 0);
+    lm_sb_printf(sb, "), q%d_%zud = lm_floormod(", l, i);
+    print_x(r, sb, q->d, 0, 0);
+    lm_sb_puts(sb, ", ");
+    print_x(r, sb, n, 0, 0);
+    lm_sb_printf(sb, "), q%d_%zun = ", l, i);
+    print_x(r, sb, n, 0, 0);
+  }
+}
+
 static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
   const lm_kernel *k = r->k;
   if (!has_work(r, l)) return;
-  int chunk = l == 0 && k->npar > 0;
-  if (r->dia == LM_DIALECT_C && !r->flat && (k->loops[l].kind == LM_L_SERIAL || chunk)) {
-    size_t mark = r->nsr;
-    for (uint32_t i = 0; i < k->nstmts && !r->bad; i++)
-      if (r->live[i] && (k->stmts[i].op == LM_S_LOAD || k->stmts[i].op == LM_S_STORE) && in_loop(r, i, l))
-        sr_collect(r, l, k->stmts[i].idx, 0);
-    if (r->nsr > mark) {
-      lm_sb inner = {0};
-      emit_block(r, &inner, l, ind + 1);
-      indent(sb, ind);
-      lm_sb_printf(sb, "for (%s i%d = %s", r->d->i64, l, chunk ? "start" : "0");
-      for (size_t i = mark; i < r->nsr; i++) {
-        const struct srmod *q = &r->sr[i];
-        if (!q->used) continue;
-        lm_expr n = r->x->nodes[q->mod].b;
-        lm_sb_printf(sb, ", q%d_%zu = lm_floormod(", l, i);
-        print_x(r, sb, q->a0, 3, 0);
-        if (chunk && lm_x_is_const(r->x, q->d, 1)) lm_sb_puts(sb, " + start");
-        else if (chunk) {
-          lm_sb_puts(sb, " + start*(");
-          print_x(r, sb, q->d, 0, 0);
-          lm_sb_puts(sb, ")");
-        }
-        lm_sb_puts(sb, ", ");
-        print_x(r, sb, n, 0, 0);
-        lm_sb_printf(sb, "), q%d_%zud = lm_floormod(", l, i);
-        print_x(r, sb, q->d, 0, 0);
-        lm_sb_puts(sb, ", ");
-        print_x(r, sb, n, 0, 0);
-        lm_sb_printf(sb, "), q%d_%zun = ", l, i);
-        print_x(r, sb, n, 0, 0);
-      }
-      lm_sb_printf(sb, "; i%d < ", l);
-      if (chunk) lm_sb_puts(sb, "end");
-      else print_x(r, sb, k->loops[l].extent, 2, 0);
-      lm_sb_printf(sb, "; i%d++", l);
-      for (size_t i = mark; i < r->nsr; i++)
-        if (r->sr[i].used) lm_sb_printf(sb, ", q%d_%zu += q%d_%zud, q%d_%zu -= q%d_%zu >= q%d_%zun ? q%d_%zun : 0", l, i, l,
-                                        i, l, i, l, i, l, i, l, i);
-      lm_sb_puts(sb, ") {\n");
-      if (inner.s) lm_sb_puts(sb, inner.s);
-      if (inner.failed) sb->failed = 1;
-      lm_sb_free(&inner);
-      indent(sb, ind);
-      lm_sb_puts(sb, "}\n");
-      r->nsr = mark;
-      return;
-    }
-  }
   if (l < k->npar && r->flat) { /* the thread index already names this point of the domain */
     emit_block(r, sb, l, ind);
     return;
@@ -1054,16 +1036,31 @@ static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
     emit_sparse(r, sb, l, ind);
     return;
   }
-  indent(sb, ind);
   int vec = k->loops[l].kind == LM_L_VECTOR && r->dia == LM_DIALECT_C;
-  if (l == 0 && k->npar > 0) lm_sb_printf(sb, "for (%s i0 = start; i0 < end; i0++) {\n", r->d->i64);
-  else {
-    lm_sb_printf(sb, "for (%s i%d = 0; i%d < ", r->d->i64, l, l);
-    print_x(r, sb, k->loops[l].extent, 2, 0);
-    if (vec) lm_sb_printf(sb, "; i%d += 8) {\n", l);
-    else lm_sb_printf(sb, "; i%d++) {\n", l);
-  }
-  emit_block(r, sb, l, ind + 1);
+  int chunk = l == 0 && k->npar > 0;
+  /* running remainders: the body is printed first, to know which it reads */
+  size_t mark = r->nsr;
+  if (r->dia == LM_DIALECT_C && (k->loops[l].kind == LM_L_SERIAL || chunk))
+    for (uint32_t i = 0; i < k->nstmts && !r->bad; i++)
+      if (r->live[i] && (k->stmts[i].op == LM_S_LOAD || k->stmts[i].op == LM_S_STORE) && in_loop(r, i, l))
+        sr_collect(r, l, k->stmts[i].idx, 0);
+  lm_sb inner = {0};
+  if (r->nsr > mark) emit_block(r, &inner, l, ind + 1);
+  indent(sb, ind);
+  lm_sb_printf(sb, "for (%s i%d = %s", r->d->i64, l, chunk ? "start" : "0");
+  sr_clause(r, sb, l, mark, chunk, 1);
+  lm_sb_printf(sb, "; i%d < ", l);
+  if (chunk) lm_sb_puts(sb, "end");
+  else print_x(r, sb, k->loops[l].extent, 2, 0);
+  lm_sb_printf(sb, vec ? "; i%d += 8" : "; i%d++", l);
+  sr_clause(r, sb, l, mark, chunk, 0);
+  lm_sb_puts(sb, ") {\n");
+  if (r->nsr > mark) {
+    if (inner.s) lm_sb_puts(sb, inner.s);
+    if (inner.failed) sb->failed = 1;
+    lm_sb_free(&inner);
+    r->nsr = mark;
+  } else emit_block(r, sb, l, ind + 1);
   indent(sb, ind);
   lm_sb_puts(sb, "}\n");
 }

@@ -229,6 +229,16 @@ static void saturate_gpu(lowered *l, uint32_t ki, saturated *z, const char *what
 
 static void saturate(lowered *l, uint32_t ki, saturated *z, const char *what) { saturate_gpu(l, ki, z, what, 0); }
 
+/* The kernel of a tile seed (sk_tile_seed's force map; greedy elsewhere); 0 when it does not
+ * emit (unrolled scalar tiles past the emitter's limits). */
+static int emit_seed(saturated *z, const lm_plan *p, uint32_t *force, lm_kernel *k) {
+  sk_term t;
+  OK(sk_extract(&z->s, z->root, z->best, force, NULL, 1.0, NULL, &t));
+  lm_status st = sk_emit_kernel(&z->s, &t, t.root, &p->kernels[0], k);
+  sk_term_free(&t);
+  return st == LM_OK;
+}
+
 static void saturated_free(saturated *z) {
   free(z->cost);
   free(z->best);
@@ -781,12 +791,8 @@ Test(genetic, tiles_over_a_symbolic_batch_are_peeled_and_equal_the_reference_for
   uint32_t *force = malloc((z.ncl + 1) * sizeof *force);
   int n = 0, emitted = 0, peeled = 0, packed = 0;
   for (; n < 12 && sk_tile_seed(&z.s, n, force); n++) {
-    sk_term t;
-    OK(sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, NULL, &t));
     lm_kernel k;
-    lm_status st = sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k);
-    sk_term_free(&t);
-    if (st != LM_OK) continue;
+    if (!emit_seed(&z, p, force, &k)) continue;
     emitted++;
     /* the peeled pair: two serial loops of the same parent, M / 6 and (M % 6 + 5) / 6 iterations */
     int32_t full = -1, tail = -1;
@@ -931,13 +937,8 @@ Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
   uint32_t *force = malloc((z.ncl + 1) * sizeof *force);
   int packed = 0, panels = 0;
   for (int n = 0; n < 64 && sk_tile_seed(&z.s, n, force); n++) {
-    sk_term t;
-    OK(sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, NULL, &t));
     lm_kernel k, pk;
-    if (sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k) != LM_OK) {
-      sk_term_free(&t);
-      continue;
-    }
+    if (!emit_seed(&z, p, force, &k)) continue;
     OK(sk_kernel_copy(&k, &pk));
     int r = sk_pack_kernel(p, &pk);
     cr_assert_geq(r, 0);
@@ -955,7 +956,6 @@ Test(genetic, packing_copies_a_read_only_panel_once_and_changes_no_bit) {
     }
     lm_kernel_free(&pk);
     lm_kernel_free(&k);
-    sk_term_free(&t);
   }
   cr_log_info("matmul 64^3: %d tile seeds packed, %d with a 64 x 16 panel of B", packed, panels);
   cr_assert_geq(panels, 1, "no seed had B's panel packed");
@@ -1001,13 +1001,8 @@ Test(genetic, vector_variants_of_tile_seeds_mark_the_column_loops_and_compute_th
   uint32_t *force = malloc((z.ncl + 1) * sizeof *force);
   int vectors = 0, seeds = 0;
   for (int n = 0; n < 64 && sk_tile_seed(&z.s, n, force); n++) {
-    sk_term t;
-    OK(sk_extract(&z.s, z.root, z.best, force, NULL, 1.0, NULL, &t));
     lm_kernel k, vk;
-    if (sk_emit_kernel(&z.s, &t, t.root, &p->kernels[0], &k) != LM_OK) {
-      sk_term_free(&t);
-      continue;
-    }
+    if (!emit_seed(&z, p, force, &k)) continue;
     seeds++;
     OK(sk_kernel_copy(&k, &vk));
     int r = sk_vec_kernel(p, &vk);
@@ -1030,7 +1025,6 @@ Test(genetic, vector_variants_of_tile_seeds_mark_the_column_loops_and_compute_th
     cr_assert_eq(sk_vec_kernel(p, &vk), 0, "seed %d: a second pass finds nothing left", n);
     lm_kernel_free(&vk);
     lm_kernel_free(&k);
-    sk_term_free(&t);
   }
   cr_log_info("matmul 64^3: %d of %d tile seeds have vector loops", vectors, seeds);
   cr_assert_geq(vectors, seeds / 2, "only %d of %d seeds went vector", vectors, seeds);

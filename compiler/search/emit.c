@@ -242,12 +242,16 @@ static void bind_var(ob *o, uint32_t v, lm_expr e, int32_t at) {
   o->vat[v] = at;
 }
 
-/* Is p the outer part of a ragged split (its factor does not divide the extent, or that is symbolic)? */
+/* Is split piece q (OUT or IN) ragged: its factor does not divide the extent, or that is symbolic? */
+static int split_ragged(const lm_sk *s, const sk_piece *q) {
+  int64_t whole = sk_piece_const(s, q->a);
+  return whole < 0 || whole % q->b;
+}
+
+/* Is p the outer part of a ragged split? */
 static int ragged(ob *o, uint32_t p) {
   const sk_piece *q = sk_piece_of(o->s, p);
-  if (q->type != SKP_OUT) return 0;
-  int64_t whole = sk_piece_const(o->s, q->a);
-  return whole < 0 || whole % q->b;
+  return q->type == SKP_OUT && split_ragged(o->s, q);
 }
 
 static void bind_piece(ob *o, uint32_t p, lm_expr e, int32_t at) {
@@ -275,13 +279,12 @@ static void bind_piece(ob *o, uint32_t p, lm_expr e, int32_t at) {
     sk_piece sib = *q;
     sib.type = q->type == SKP_OUT ? SKP_IN : SKP_OUT;
     sib.extent = q->type == SKP_OUT ? lm_x_const(x, q->b) : 0;
-    int64_t whole = sk_piece_const(o->s, q->a);
     if (q->type == SKP_IN) sib.extent = sk_split_outer_extent(o->s, q->a, q->b); /* ragged: one more */
     uint32_t s = sk_lookup(&o->s->pieces, &sib);
     if (s == UINT32_MAX || s >= o->npieces || !o->pexpr[s]) return;
     lm_expr outer = q->type == SKP_OUT ? e : o->pexpr[s], inner = q->type == SKP_OUT ? o->pexpr[s] : e;
     lm_expr v = lm_x_add(x, lm_x_mul(x, outer, lm_x_const(x, q->b)), inner);
-    if ((whole < 0 || whole % q->b) && !o->full[q->type == SKP_OUT ? p : s]) {
+    if (split_ragged(o->s, q) && !o->full[q->type == SKP_OUT ? p : s]) {
       /* a ragged split: the last outer iteration runs past the end. It reads the last element
        * again (min(v, E - 1) = E - 1 + (v < E) * (v - E + 1)) and stores nothing. A symbolic E
        * is taken as ragged: the guard costs a compare per row, a multiple of b nothing else. */
