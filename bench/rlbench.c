@@ -1962,8 +1962,10 @@ static int bench_train(const opts *o) {
 
 /* One graph, the default schedule vs the searched one (lm_search_bench: both measured here,
  * the searched plan checked against the default first). */
+/* flops: the graph's matmul FLOPs (0: not counted); peak: the FMA peak on the threads the plans
+ * use (NaN: not measured). */
 static int search_row(const char *name, const lm_graph_t *g, const char *const *names, const int64_t *values, int n,
-                      double budget, const char *device) {
+                      double budget, const char *device, double flops, double peak) {
   lm_search_options so;
   lm_search_options_init(&so);
   so.budget_s = budget;
@@ -1984,18 +1986,131 @@ static int search_row(const char *name, const lm_graph_t *g, const char *const *
   rec_num(rec, "candidates", r.candidates);
   rec_num(rec, "wrong", r.wrong);
   rec_str(rec, "winner", "%s", r.winner);
+  if (flops > 0 && r.default_s > 0 && r.searched_s > 0) {
+    const double gd = flops / r.default_s * 1e-9, gs = flops / r.searched_s * 1e-9;
+    rec_num(rec, "matmul_mflop", flops * 1e-6);
+    rec_num(rec, "default_gflops", gd);
+    rec_num(rec, "searched_gflops", gs);
+    if (isfinite(peak) && peak > 0)
+      say("  %-22s matmuls %.1f MFLOP: default %.0f GFLOP/s (%.0f%% of the FMA peak), searched %.0f (%.0f%%)\n", "",
+          flops * 1e-6, gd, 100 * gd / peak, gs, 100 * gs / peak);
+    else
+      say("  %-22s matmuls %.1f MFLOP: default %.0f GFLOP/s, searched %.0f\n", "", flops * 1e-6, gd, gs);
+  }
   return r.wrong ? 1 : 0;
 }
 
+/* ---- this CPU's FMA peak, the ceiling the search's GFLOP/s are read against */
+
+/* Ten independent chains of 8-lane a*x + y, contracted to FMAs: 160 FLOP per iteration, no
+ * memory. Built by the kernel compiler with the kernels' flags (-march=native), so it runs the
+ * instructions a searched kernel can use. */
+static const char fma_peak_src[] =
+    "#include <stdint.h>\n"
+    "#if defined(__clang__)\n"
+    "#pragma clang fp contract(fast)\n"
+    "#elif defined(__GNUC__)\n"
+    "#pragma GCC optimize(\"fp-contract=fast\")\n"
+    "#endif\n"
+    "typedef float v8 __attribute__((vector_size(32)));\n"
+    "float lm_fma_peak(int64_t n) {\n"
+    "  const v8 x = {0.999999f, 0.999998f, 0.999997f, 0.999996f, 0.999995f, 0.999994f, 0.999993f, 0.999992f};\n"
+    "  const v8 y = x * 1e-6f;\n"
+    "  v8 a0 = x, a1 = x + 1, a2 = x + 2, a3 = x + 3, a4 = x + 4, a5 = x + 5, a6 = x + 6, a7 = x + 7, a8 = x + 8, a9 = x + 9;\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    a0 = a0 * x + y; a1 = a1 * x + y; a2 = a2 * x + y; a3 = a3 * x + y; a4 = a4 * x + y;\n"
+    "    a5 = a5 * x + y; a6 = a6 * x + y; a7 = a7 * x + y; a8 = a8 * x + y; a9 = a9 * x + y;\n"
+    "  }\n"
+    "  const v8 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;\n"
+    "  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];\n"
+    "}\n";
+enum { FMA_PEAK_FLOP = 160, FMA_PEAK_MAX_THREADS = 64 };
+
+typedef float (*fma_peak_fn)(int64_t n);
+typedef struct peak_job {
+  fma_peak_fn fn;
+  int64_t n;
+  float out;
+} peak_job;
+
+static void *peak_thread(void *arg) {
+  peak_job *j = arg;
+  j->out = j->fn(j->n);
+  return NULL;
+}
+
+/* GFLOP/s of `threads` threads each running n iterations at once: the best of 9. */
+static double peak_gflops(fma_peak_fn fn, int64_t n, int threads) {
+  double best = INFINITY;
+  for (int r = 0; r < 9; r++) {
+    peak_job jobs[FMA_PEAK_MAX_THREADS];
+    pthread_t tid[FMA_PEAK_MAX_THREADS];
+    int started = 0;
+    double t0 = now_s();
+    for (int k = 1; k < threads; k++) {
+      jobs[k] = (peak_job){fn, n, 0};
+      if (pthread_create(&tid[k], NULL, peak_thread, &jobs[k]) != 0) break;
+      started++;
+    }
+    jobs[0] = (peak_job){fn, n, 0};
+    peak_thread(&jobs[0]);
+    for (int k = 1; k <= started; k++) pthread_join(tid[k], NULL);
+    double t = now_s() - t0;
+    if (started != threads - 1) return NAN;
+    if (t < best) best = t;
+  }
+  return (double)FMA_PEAK_FLOP * (double)n * threads / best * 1e-9;
+}
+
+/* The FMA peak on one thread and on `threads` threads, 0 on success; the kernel compiler's
+ * failure is reported, not fatal (the search rows then print no percentages). */
+static int fma_peak(int threads, double *one, double *all) {
+  *one = *all = NAN;
+  if (threads > FMA_PEAK_MAX_THREADS) threads = FMA_PEAK_MAX_THREADS;
+  lm_cc *cc = NULL;
+  lm_cc_lib *lib = NULL;
+  fma_peak_fn fn = NULL;
+  if (lm_cc_open(&cc) == LM_OK && lm_cc_build(cc, fma_peak_src, &lib) == LM_OK)
+    fn = (fma_peak_fn)(uintptr_t)lm_cc_sym(lib, "lm_fma_peak");
+  if (fn) {
+    const int64_t n = 4000000; /* 640 MFLOP a thread: about 6 ms at 100 GFLOP/s */
+    *one = peak_gflops(fn, n, 1);
+    *all = peak_gflops(fn, n, threads);
+  } else {
+    fprintf(stderr, "rlbench: search: FMA peak not measured (%s)\n", lm_last_error());
+  }
+  lm_cc_lib_close(lib);
+  lm_cc_close(cc);
+  return fn ? 0 : 1;
+}
+
+/* FLOPs of the PPO minibatch update's matmuls, per the policy's weight shapes: each weight's
+ * forward product, its gradient, and the gradient into its input (but the first layer's, whose
+ * input is the observation), over `rows` rows. 0 when the policy cannot be built. */
+static double update_matmul_flops(const lm_env_spec *env, const lm_ppo_config *cfg, int64_t rows) {
+  lm_graph_t *g = lm_graph_new();
+  lm_policy pol;
+  double macs = 0;
+  if (g && lm_policy_build(g, &cfg->policy, env->obs_size, &env->action, &pol) == LM_OK)
+    for (int i = 0; i < pol.nparams; i++)
+      if (pol.cols[i]) {
+        const size_t len = strlen(pol.name[i]);
+        const int first = len > 3 && !strcmp(pol.name[i] + len - 3, ".w0");
+        macs += (double)pol.rows[i] * pol.cols[i] * (first ? 2 : 3);
+      }
+  lm_graph_free(g);
+  return 2 * macs * (double)rows;
+}
+
 /* An n^3 matmul, default vs searched. */
-static int search_matmul(int64_t n, double budget, const char *device) {
+static int search_matmul(int64_t n, double budget, const char *device, double peak) {
   lm_graph_t *g = lm_graph_new();
   lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){n, n});
   lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 2, (lm_dim[]){n, n});
   lm_output(lm_matmul(a, b), "c");
   char name[32];
   snprintf(name, sizeof name, "matmul %lld^3", (long long)n);
-  int rc = search_row(name, g, NULL, NULL, 0, budget, device);
+  int rc = search_row(name, g, NULL, NULL, 0, budget, device, 2.0 * (double)n * (double)n * (double)n, peak);
   lm_graph_free(g);
   return rc;
 }
@@ -2009,10 +2124,24 @@ static int bench_search(const opts *o) {
       "  budget %.0f s per graph.%s\n",
       dev, budget,
       strcmp(dev, "cpu") ? " The default is what that backend runs without a search (its work-group schedules)." : "");
+  /* the plans run on the pool's threads: $LUMEN_THREADS, else every online CPU */
+  const char *lt = getenv("LUMEN_THREADS");
+  const int threads = lt && atoi(lt) > 0 ? atoi(lt) : online_cpus();
+  double peak1 = NAN, peak = NAN;
+  if (!strcmp(dev, "cpu")) {
+    fma_peak(threads, &peak1, &peak);
+    say("  FMA peak of this cpu (ten chains of 8-lane FMAs, built by the kernel compiler): %.0f GFLOP/s on 1\n"
+        "  thread, %.0f on %d; below each graph, its matmuls' GFLOP/s in both plans against that peak.\n",
+        peak1, peak, threads);
+    record *r = rec_new("search", "fma_peak");
+    rec_num(r, "gflops_1_thread", peak1);
+    rec_num(r, "gflops", peak);
+    rec_num(r, "threads", threads);
+  }
   say("  %-22s %5s %5s %10s %10s %8s %9s %6s %5s %9s  %s\n", "graph", "kern", "kern'", "default ms", "search ms",
       "speedup", "search s", "cand", "cache", "err", "winner");
-  int rc = search_matmul(256, budget, o->search_device);
-  if (!o->quick) rc |= search_matmul(1024, budget, o->search_device); /* B past L2: packing its panels pays */
+  int rc = search_matmul(256, budget, o->search_device, peak);
+  if (!o->quick) rc |= search_matmul(1024, budget, o->search_device, peak); /* B past L2: packing its panels pays */
   const lm_env_spec *env = lm_env_find("cartpole");
   lm_ppo_config cfg = lm_ppo_defaults(env);
   lm_train_graph tg[4];
@@ -2023,12 +2152,13 @@ static int bench_search(const opts *o) {
   { /* the PPO minibatch update */
     const char *names[] = {"N", "T", "M", "perm_a", "perm_b", "mb_off"};
     int64_t values[] = {cfg.n_envs, cfg.horizon, cfg.n_envs * cfg.horizon / cfg.minibatches, 1, 0, 0};
-    rc |= search_row("ppo update (cartpole)", tg[3].g, names, values, 6, budget, o->search_device);
+    rc |= search_row("ppo update (cartpole)", tg[3].g, names, values, 6, budget, o->search_device,
+                     update_matmul_flops(env, &cfg, values[2]), peak);
   }
   { /* one rollout step as a plain program (the fused scan itself is not searched) */
     const char *names[] = {"N"};
     int64_t values[] = {4096};
-    rc |= search_row("rollout step (4096)", tg[0].g, names, values, 1, budget, o->search_device);
+    rc |= search_row("rollout step (4096)", tg[0].g, names, values, 1, budget, o->search_device, 0, peak);
   }
   for (int i = 0; i < 4; i++) lm_graph_free(tg[i].g);
   return rc;
