@@ -59,6 +59,14 @@ void *lm_realloc(void *p, size_t bytes) {
   return q;
 }
 
+void *lm_malloc_aligned(size_t bytes) {
+  size_t n = (bytes ? bytes : 1) + (LM_BUFFER_ALIGN - 1);
+  n -= n % LM_BUFFER_ALIGN; /* aligned_alloc wants a multiple of the alignment */
+  void *p = injected_failure() ? NULL : aligned_alloc(LM_BUFFER_ALIGN, n);
+  if (!p) lm_fail(LM_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+  return p;
+}
+
 void lm_free(void *p) { free(p); }
 
 char *lm_strdup(const char *s) {

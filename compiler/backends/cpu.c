@@ -64,7 +64,7 @@ static void cpu_close(void *ctx) {
 
 static lm_status cpu_alloc(void *ctx, size_t bytes, void **buf) {
   (void)ctx;
-  *buf = lm_malloc(bytes);
+  *buf = lm_malloc_aligned(bytes);
   return *buf ? LM_OK : LM_ERR_NOMEM;
 }
 static void cpu_release(void *ctx, void *buf) {
@@ -211,9 +211,10 @@ static lm_status ensure_layout(cpu_exe *x, const int64_t *syms) {
     if (st != LM_OK) return st;
     if (ns) memcpy(x->layout_syms, syms, ns * sizeof *syms);
     x->have_layout = 1;
-    if (x->layout.arena_bytes > x->arena_cap) {
-      char *a = lm_realloc(x->arena, x->layout.arena_bytes);
+    if (x->layout.arena_bytes > x->arena_cap) { /* temporaries only: nothing to carry over */
+      char *a = lm_malloc_aligned(x->layout.arena_bytes);
       if (!a) return LM_ERR_NOMEM;
+      lm_free(x->arena);
       x->arena = a;
       x->arena_cap = x->layout.arena_bytes;
     }

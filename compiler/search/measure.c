@@ -38,7 +38,7 @@ lm_status skb_open(sk_bench *b, const lm_plan *plan, const int64_t *syms, lm_poo
       return lm_fail(LM_ERR_INVALID, "search: buffer %zu has %lld elements", i, (long long)n);
     }
     b->count[i] = (size_t)n;
-    if (!(b->bufs[i] = lm_malloc(((size_t)n + 16) * sizeof(float)))) {
+    if (!(b->bufs[i] = lm_malloc_aligned(((size_t)n + 16) * sizeof(float)))) { /* as the cpu backend's */
       skb_close(b);
       return LM_ERR_NOMEM;
     }
