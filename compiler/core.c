@@ -62,7 +62,7 @@ void *lm_realloc(void *p, size_t bytes) {
 void *lm_malloc_aligned(size_t bytes) {
   size_t n = (bytes ? bytes : 1) + (LM_BUFFER_ALIGN - 1);
   n -= n % LM_BUFFER_ALIGN; /* aligned_alloc wants a multiple of the alignment */
-  void *p = injected_failure() ? NULL : aligned_alloc(LM_BUFFER_ALIGN, n);
+  void *p = injected_failure() || n < bytes ? NULL : aligned_alloc(LM_BUFFER_ALIGN, n);
   if (!p) lm_fail(LM_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
   return p;
 }

@@ -229,6 +229,20 @@ Test(cpu, buffers_start_a_cache_line) {
   lm_backend_free(be);
 }
 
+/* lm_malloc_aligned: any size on a line, all of it usable; a size that cannot be rounded up to
+ * a whole line fails as out of memory instead of wrapping around to a small block. */
+Test(cpu, aligned_allocations_start_a_line_and_oversized_ones_fail) {
+  const size_t sizes[] = {0, 1, 63, 64, 65, 4097};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    char *p = lm_malloc_aligned(sizes[i]);
+    cr_assert(p && (uintptr_t)p % LM_BUFFER_ALIGN == 0, "%zu bytes at %p", sizes[i], (void *)p);
+    memset(p, 0x5A, sizes[i]);
+    lm_free(p);
+  }
+  cr_assert_null(lm_malloc_aligned(SIZE_MAX - 10));
+  cr_assert(strstr(lm_last_error(), "out of memory"), "%s", lm_last_error());
+}
+
 Test(cpu, lumen_dump_writes_the_kernel_source_with_its_loop_ir) {
   char dir[] = "/tmp/lumen-test-dump-XXXXXX";
   cr_assert(mkdtemp(dir));
