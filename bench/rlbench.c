@@ -1961,9 +1961,8 @@ static int bench_train(const opts *o) {
 /* ================================================================ search */
 
 /* One graph, the default schedule vs the searched one (lm_search_bench: both measured here,
- * the searched plan checked against the default first). */
-/* flops: the graph's matmul FLOPs (0: not counted); peak: the FMA peak on the threads the plans
- * use (NaN: not measured). */
+ * the searched plan checked against the default first). flops: the graph's matmul FLOPs (0: not
+ * counted); peak: the FMA peak on the threads the plans use (NaN: not measured). */
 static int search_row(const char *name, const lm_graph_t *g, const char *const *names, const int64_t *values, int n,
                       double budget, const char *device, double flops, double peak) {
   lm_search_options so;
