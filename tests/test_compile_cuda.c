@@ -18,6 +18,7 @@
 
 #include "lumen/lumen.h"
 #include "nvrtc.h"
+#include "support/timeout.h"
 
 #define OK(call)                                                                                   \
   do {                                                                                             \
@@ -41,7 +42,7 @@ ParameterizedTestParameters(compile_cuda, every_kernel_of_the_env_compiles_to_cu
 }
 
 ParameterizedTest(int *i, compile_cuda, every_kernel_of_the_env_compiles_to_cubin_and_the_rollout_does_not_spill,
-                  .timeout = 120) {
+                  .timeout = LM_TIMEOUT(120)) {
   lm_nvrtc_close(need_nvrtc());
   const char *env = lm_env_at(*i)->name;
   lm_compile_report r;

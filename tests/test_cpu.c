@@ -41,6 +41,7 @@
 #include "passes.h"
 #include "support/check.h"
 #include "support/randgraph.h"
+#include "support/timeout.h"
 
 #define RTOL 2e-5
 #define ATOL 1e-5
@@ -128,10 +129,10 @@ static void property_part(int part) {
   remove_tree(dir); /* kept when a check failed: the report names the source in it */
 }
 
-Test(cpu_vs_ref, random_graphs_part_1_of_4, .timeout = 240) { property_part(0); }
-Test(cpu_vs_ref, random_graphs_part_2_of_4, .timeout = 240) { property_part(1); }
-Test(cpu_vs_ref, random_graphs_part_3_of_4, .timeout = 240) { property_part(2); }
-Test(cpu_vs_ref, random_graphs_part_4_of_4, .timeout = 240) { property_part(3); }
+Test(cpu_vs_ref, random_graphs_part_1_of_4, .timeout = LM_TIMEOUT(240)) { property_part(0); }
+Test(cpu_vs_ref, random_graphs_part_2_of_4, .timeout = LM_TIMEOUT(240)) { property_part(1); }
+Test(cpu_vs_ref, random_graphs_part_3_of_4, .timeout = LM_TIMEOUT(240)) { property_part(2); }
+Test(cpu_vs_ref, random_graphs_part_4_of_4, .timeout = LM_TIMEOUT(240)) { property_part(3); }
 
 /* ================================================================ determinism over threads */
 
@@ -142,7 +143,7 @@ static lm_backend_t *cpu_with_threads(const char *n) {
   return b;
 }
 
-Test(cpu_threads, one_two_and_three_threads_give_bitwise_equal_results, .timeout = 120) {
+Test(cpu_threads, one_two_and_three_threads_give_bitwise_equal_results, .timeout = LM_TIMEOUT(120)) {
   /* sizes where the pool splits every kernel: a vectorised 1-loop kernel (N1 = 100003, not a
    * multiple of 64), a 2-D kernel [N2, 7] and reductions over a row and over a column */
   lm_graph_t *g = lm_graph_new();

@@ -23,6 +23,7 @@
 #include "render.h"
 #include "search/search-impl.h"
 #include "support/check.h"
+#include "support/timeout.h"
 
 #define OK(call)                                                                                   \
   do {                                                                                             \
@@ -649,7 +650,7 @@ static void check_instance(instance *it, int only, int draws, tally *t) {
     if (!it->p->kernels[k].nlocals) check_kernel(it->p, k, &it->in, only, draws, t, it->what);
 }
 
-Test(rules, each_rule_alone_is_sound_and_exercised, .timeout = 280) {
+Test(rules, each_rule_alone_is_sound_and_exercised, .timeout = LM_TIMEOUT(280)) {
   tally t = {0};
   int n;
   const lm_rule *rules = sk_rules(&n);
@@ -669,7 +670,7 @@ Test(rules, each_rule_alone_is_sound_and_exercised, .timeout = 280) {
   cr_assert(!missing[0], "rules that changed no kernel of the instances (so were not tested): %s", missing);
 }
 
-Test(rules, all_rules_together_give_only_correct_candidates, .timeout = 280) {
+Test(rules, all_rules_together_give_only_correct_candidates, .timeout = LM_TIMEOUT(280)) {
   tally t = {0};
   sk_rules(&t.nrules);
   instance in[16];

@@ -34,6 +34,7 @@
 #include "lumen/env.h"
 #include "lumen/lumen.h"
 #include "support/check.h"
+#include "support/timeout.h"
 
 #define GOLDEN_DIR LUMEN_SOURCE_DIR "/../shared/golden"
 #define RLTRAIN LUMEN_BINARY_DIR "/rltrain"
@@ -203,7 +204,7 @@ static void stats_check(const char *env, int64_t n, int64_t T) {
 
 #define SLOW_STATS(suite, env)                                                                     \
   Test(suite, random_policy_4096_envs_x_1000_steps_graph_on_ref_and_cpu_matches_reference_stats, \
-       .timeout = 600) {                                                                           \
+       .timeout = LM_TIMEOUT(600)) {                                                                           \
     stats_check(env, 4096, 1000);                                                                  \
   }
 SLOW_STATS(stats_cartpole, "cartpole")

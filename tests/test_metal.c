@@ -41,6 +41,7 @@
 #include "msl_check.h"
 #include "support/check.h"
 #include "support/randgraph.h"
+#include "support/timeout.h"
 
 #define RTOL 2e-5
 #define ATOL 1e-5
@@ -255,12 +256,12 @@ static void property_part(const lm_backend_ops *ops, int exact_bits, int part) {
   lm_backend_free(T.ref);
 }
 
-Test(metal_shim_vs_ref, random_graphs_part_1_of_3, .timeout = 240) { property_part(&lm_backend_metal_shim, 1, 0); }
-Test(metal_shim_vs_ref, random_graphs_part_2_of_3, .timeout = 240) { property_part(&lm_backend_metal_shim, 1, 1); }
-Test(metal_shim_vs_ref, random_graphs_part_3_of_3, .timeout = 240) { property_part(&lm_backend_metal_shim, 1, 2); }
+Test(metal_shim_vs_ref, random_graphs_part_1_of_3, .timeout = LM_TIMEOUT(240)) { property_part(&lm_backend_metal_shim, 1, 0); }
+Test(metal_shim_vs_ref, random_graphs_part_2_of_3, .timeout = LM_TIMEOUT(240)) { property_part(&lm_backend_metal_shim, 1, 1); }
+Test(metal_shim_vs_ref, random_graphs_part_3_of_3, .timeout = LM_TIMEOUT(240)) { property_part(&lm_backend_metal_shim, 1, 2); }
 
 /* On a Mac with a Metal GPU: the same 120 graphs on the real device (skipped elsewhere). */
-Test(metal_vs_ref, random_graphs_on_a_real_metal_device, .timeout = 600) {
+Test(metal_vs_ref, random_graphs_on_a_real_metal_device, .timeout = LM_TIMEOUT(600)) {
   for (int part = 0; part < PARTS; part++) property_part(&lm_backend_metal, 0, part);
 }
 
@@ -652,14 +653,14 @@ static void env_iteration_compiles(int e) {
   for (int i = 0; i < n; i++) lm_graph_free(tg[i].g);
 }
 
-Test(msl_env, training_iteration_of_env_0_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(0); }
-Test(msl_env, training_iteration_of_env_1_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(1); }
-Test(msl_env, training_iteration_of_env_2_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(2); }
-Test(msl_env, training_iteration_of_env_3_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(3); }
-Test(msl_env, training_iteration_of_env_4_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(4); }
-Test(msl_env, training_iteration_of_env_5_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(5); }
-Test(msl_env, training_iteration_of_env_6_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(6); }
-Test(msl_env, training_iteration_of_env_7_compiles_under_the_shim, .timeout = 120) { env_iteration_compiles(7); }
+Test(msl_env, training_iteration_of_env_0_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(0); }
+Test(msl_env, training_iteration_of_env_1_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(1); }
+Test(msl_env, training_iteration_of_env_2_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(2); }
+Test(msl_env, training_iteration_of_env_3_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(3); }
+Test(msl_env, training_iteration_of_env_4_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(4); }
+Test(msl_env, training_iteration_of_env_5_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(5); }
+Test(msl_env, training_iteration_of_env_6_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(6); }
+Test(msl_env, training_iteration_of_env_7_compiles_under_the_shim, .timeout = LM_TIMEOUT(120)) { env_iteration_compiles(7); }
 
 Test(msl_env, every_registered_env_is_covered_by_the_tests_above) {
   cr_assert_leq(lm_env_count(), 8, "%d envs: add tests for envs 8 and up", lm_env_count());

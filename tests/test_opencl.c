@@ -47,6 +47,7 @@
 #include "passes.h"
 #include "support/check.h"
 #include "support/randgraph.h"
+#include "support/timeout.h"
 
 #ifndef DEVICE
 #define DEVICE "opencl"     /* the backend under test */
@@ -166,8 +167,8 @@ static void property_part(int part) {
   remove_tree(dir); /* kept when a check failed: the report names the source in it */
 }
 
-Test(device_vs_ref, random_graphs_part_1_of_2, .timeout = 240) { property_part(0); }
-Test(device_vs_ref, random_graphs_part_2_of_2, .timeout = 240) { property_part(1); }
+Test(device_vs_ref, random_graphs_part_1_of_2, .timeout = LM_TIMEOUT(240)) { property_part(0); }
+Test(device_vs_ref, random_graphs_part_2_of_2, .timeout = LM_TIMEOUT(240)) { property_part(1); }
 
 /* ================================================================ scans */
 
@@ -524,7 +525,7 @@ static size_t count_of(const char *text, const char *what) {
  * program's preparation searches both kernels, timing every candidate on the device (the
  * emitted kernel and, where they apply, its work-group schedules: tiles, trees); the result
  * matches ref; a second program of the same graph takes every decision from the tuning cache. */
-Test(device_search, candidates_are_timed_on_the_device_and_a_warm_cache_searches_nothing, .timeout = 240) {
+Test(device_search, candidates_are_timed_on_the_device_and_a_warm_cache_searches_nothing, .timeout = LM_TIMEOUT(240)) {
   char dir[] = "/tmp/lumen-dsearch-XXXXXX";
   cr_assert(mkdtemp(dir));
   char log[1200];
@@ -604,10 +605,15 @@ Test(device_search, candidates_are_timed_on_the_device_and_a_warm_cache_searches
   remove_tree(dir);
 }
 
+static double frozen_clock(void *ctx) {
+  (void)ctx;
+  return 0;
+}
+
 /* rlbench's search benchmark on the device (lm_search_bench with o.backend): the default plan is
  * what the backend runs without a search, the searched plan what the search made of it; both
  * run there on the same inputs and agree. */
-Test(device_search, the_search_bench_runs_both_plans_on_the_device, .timeout = 240) {
+Test(device_search, the_search_bench_runs_both_plans_on_the_device, .timeout = LM_TIMEOUT(240)) {
   lm_backend_free(open_device());
   char dir[] = "/tmp/lumen-dbench-XXXXXX";
   cr_assert(mkdtemp(dir));
@@ -617,14 +623,14 @@ Test(device_search, the_search_bench_runs_both_plans_on_the_device, .timeout = 2
   OK(lm_output(lm_exp2(lm_mul_scalar(lm_matmul(a, b), 0.1f)), "y"));
   lm_search_options o;
   lm_search_options_init(&o);
-  o.budget_s = 60; /* a ceiling: generation 0 only */
+  o.budget_s = 1;
+  o.clock = frozen_clock; /* bounded by counts: generation 0 only, every candidate timed */
+  o.generations = 0;
   o.cache_dir = dir;
   o.use_cache = 0;
   o.backend = DEVICE;
-  setenv("LUMEN_SEARCH_GENERATIONS", "0", 1);
   lm_search_bench_result r;
   OK(lm_search_bench(g, NULL, NULL, 0, &o, &r));
-  unsetenv("LUMEN_SEARCH_GENERATIONS");
   cr_log_info("on " DEVICE ": default %.3f ms, searched %.3f ms (%.2fx), %d candidates, error %.2g", 1e3 * r.default_s,
               1e3 * r.searched_s, r.speedup, r.candidates, r.max_rel_err);
   cr_assert(r.default_s > 0 && r.searched_s > 0 && r.speedup > 0);
@@ -673,7 +679,7 @@ static lm_graph_t *matmul_graph(void) {
 
 /* The matmul on the device with work-group schedules on or off, and on ref: every size compared
  * bit for bit (each element sums its k terms in order: the tiles change no rounding). */
-Test(device_gpu_schedule, matmul_tiles_match_ref_and_the_plain_mapping_bit_for_bit, .timeout = 120) {
+Test(device_gpu_schedule, matmul_tiles_match_ref_and_the_plain_mapping_bit_for_bit, .timeout = LM_TIMEOUT(120)) {
   static const int64_t sizes[][3] = {{1, 1, 1}, {5, 3, 7}, {16, 16, 16}, {33, 20, 17}, {64, 64, 64}, {70, 37, 100}, {2, 200, 3}};
   char dir[] = "/tmp/lumen-gpu-XXXXXX";
   cr_assert(mkdtemp(dir));
@@ -726,7 +732,7 @@ Test(device_gpu_schedule, matmul_tiles_match_ref_and_the_plain_mapping_bit_for_b
 
 /* step: h' = W h + x_t per env (h [N, 24] state, W [24, 24] a parameter every env reads in the
  * time loop: staged in shared memory once per work-group); y_t = h'. */
-Test(device_gpu_schedule, a_matvec_scan_with_staged_weights_is_one_kernel_and_matches_ref_bit_for_bit, .timeout = 120) {
+Test(device_gpu_schedule, a_matvec_scan_with_staged_weights_is_one_kernel_and_matches_ref_bit_for_bit, .timeout = LM_TIMEOUT(120)) {
   char dir[] = "/tmp/lumen-gpu-XXXXXX";
   cr_assert(mkdtemp(dir));
   lm_graph_t *g = lm_graph_new();
@@ -750,7 +756,7 @@ Test(device_gpu_schedule, a_matvec_scan_with_staged_weights_is_one_kernel_and_ma
 /* y[i] = sum_k x[i, k] and z[i] = max_k x[i, k] + y[i] over a symbolic row length K: a tree of
  * barriers per row on the device. The max is exact in any order (bit for bit); the sum is
  * compared within K eps sum |x| (a different order of additions). */
-Test(device_gpu_schedule, tree_reductions_of_long_rows_match_ref, .timeout = 120) {
+Test(device_gpu_schedule, tree_reductions_of_long_rows_match_ref, .timeout = LM_TIMEOUT(120)) {
   static const int64_t ks[] = {1, 255, 256, 257, 5000};
   char dir[] = "/tmp/lumen-gpu-XXXXXX";
   cr_assert(mkdtemp(dir));
@@ -846,7 +852,7 @@ Test(opencl, a_build_error_carries_the_build_log_and_the_source_and_keeps_both_i
   cr_assert(strstr(desc, "OpenCL on"), "describe: %s", desc);
 }
 
-Test(opencl, rltrain_compile_target_opencl_builds_every_kernel_of_a_cartpole_iteration, .timeout = 120) {
+Test(opencl, rltrain_compile_target_opencl_builds_every_kernel_of_a_cartpole_iteration, .timeout = LM_TIMEOUT(120)) {
   lm_backend_free(open_device());
   lm_compile_report r;
   lm_status st = lm_compile_iteration("cartpole", LM_TARGET_OPENCL, NULL, &r);

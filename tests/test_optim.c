@@ -18,6 +18,7 @@
 #include "lumen/ops.h"
 #include "lumen/optim.h"
 #include "support/check.h"
+#include "support/timeout.h"
 
 static int have_cpu(void) {
   static int known = -1;
@@ -332,7 +333,7 @@ static void mlp_train(const mlp *m, const char *backend, float *curve) {
   check_prog_free(&p);
 }
 
-Test(optim_mlp, adam_fits_sin_3x_with_the_same_loss_curve_on_ref_and_cpu, .timeout = 240) {
+Test(optim_mlp, adam_fits_sin_3x_with_the_same_loss_curve_on_ref_and_cpu, .timeout = LM_TIMEOUT(240)) {
   mlp m = mlp_build();
   static float curve[2][STEPS];
   for (int b = 0; b < nbackends(); b++) mlp_train(&m, backend_at(b), curve[b]);

@@ -17,6 +17,7 @@
 #include "graph-impl.h"
 #include "lumen/lumen.h"
 #include "passes.h"
+#include "support/timeout.h"
 
 /* ---------------------------------------------------------------- fixed-seed numbers */
 
@@ -865,7 +866,7 @@ static void random_graph(gen *q, uint64_t seed) {
   }
 }
 
-Test(passes, random_graphs_keep_their_results, .timeout = 240) {
+Test(passes, random_graphs_keep_their_results, .timeout = LM_TIMEOUT(240)) {
   int exact_rewrites = 0, rounding_graphs = 0, totals[4] = {0};
   for (int gi = 0; gi < 200; gi++) {
     gen q;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "lumen/lumen.h"
+#include "support/timeout.h"
 
 /* ---------------------------------------------------------------- fixed-seed inputs */
 
@@ -1139,7 +1140,7 @@ static int fz_step(fuzz *f) {
   }
 }
 
-Test(ref, random_view_chains_match_eager_host_views, .timeout = 120) {
+Test(ref, random_view_chains_match_eager_host_views, .timeout = LM_TIMEOUT(120)) {
   int applied = 0, ends[4] = {0};
   for (int trial = 0; trial < 300; trial++) {
     scratch_reset();
@@ -1452,7 +1453,7 @@ Test(ref, two_hundred_chained_ops_match_the_same_float_sequence) {
 
 /* A DAG-shaped index expression (every reshape reads the same linear index several times) must
  * be simplified in time linear in its size, not exponential: 36 views must take milliseconds. */
-Test(ref, long_view_chains_on_one_edge_resolve_to_the_right_index, .timeout = 20) {
+Test(ref, long_view_chains_on_one_edge_resolve_to_the_right_index, .timeout = LM_TIMEOUT(20)) {
   ht x = ht_rand(2, DIMS(4, 6), 0.05f, 10.0f, 1);
   lm_tensor t = input_like("x", LM_ROLE_DATA, &x);
   ht h = x;

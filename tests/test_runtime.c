@@ -13,6 +13,7 @@
 
 #include "core.h" /* lm_alloc_fail_after, lm_clear_error */
 #include "lumen/lumen.h"
+#include "support/timeout.h"
 
 static lm_backend_t *B;
 static lm_graph_t *G;
@@ -530,7 +531,7 @@ done:
   return p;
 }
 
-Test(runtime, every_allocation_failure_is_reported_and_leaves_the_program_usable, .timeout = 120) {
+Test(runtime, every_allocation_failure_is_reported_and_leaves_the_program_usable, .timeout = LM_TIMEOUT(120)) {
   pass_result want, got;
   pass_reference(&want);
   long k;

@@ -45,6 +45,7 @@
 #include "render.h"
 #include "search/search-impl.h"
 #include "support/check.h"
+#include "support/timeout.h"
 
 #define OK(call)                                                                                   \
   do {                                                                                             \
@@ -74,7 +75,7 @@ static lm_graph_t *matmul128(void) {
 
 static lm_graph_t *softmax(void) {
   lm_graph_t *g = lm_graph_new();
-  lm_dim d[2] = {64, 128};
+  lm_dim d[2] = {32, 128};
   cr_assert_eq(lm_output(lm_softmax(lm_input(g, "x", LM_ROLE_DATA, 2, d), 1), "y"), LM_OK);
   return g;
 }
@@ -333,7 +334,7 @@ static size_t check_all_candidates_ex(lowered *l, const char *what, int genetic,
 
 static size_t check_all_candidates(lowered *l, const char *what) { return check_all_candidates_ex(l, what, 0, 150); }
 
-Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout = 280) {
+Test(candidates, every_candidate_of_a_64_matmul_equals_the_reference, .timeout = LM_TIMEOUT(280)) {
   lowered l = lower(matmul64());
   check_all_candidates(&l, "matmul 64^3");
   lowered_free(&l);
@@ -380,11 +381,11 @@ static void check_training_graph(int which, const char *const *names, const int6
   lowered_free(&l);
 }
 
-Test(candidates, every_candidate_of_the_ppo_update_equals_the_reference, .timeout = 280) {
+Test(candidates, every_candidate_of_the_ppo_update_equals_the_reference, .timeout = LM_TIMEOUT(280)) {
   check_training_graph(3, ppo_names, ppo_values, 6, "ppo update");
 }
 
-Test(candidates, every_candidate_of_the_rollout_step_equals_the_reference, .timeout = 280) {
+Test(candidates, every_candidate_of_the_rollout_step_equals_the_reference, .timeout = LM_TIMEOUT(280)) {
   const char *names[] = {"N"};
   const int64_t values[] = {8};
   check_training_graph(0, names, values, 1, "rollout step");
@@ -395,7 +396,7 @@ Test(candidates, every_candidate_of_the_rollout_step_equals_the_reference, .time
  * memory ending in warp shuffles) under compiler/gpu.c's schedules compute what their plain
  * kernels compute: the tiles bit for bit, the trees' sums within rounding and their maxima
  * exactly. So GPU-shaped candidates have a reference on the cpu too. */
-Test(interpreter, work_group_schedules_run_in_lockstep_and_match_the_plain_kernels, .timeout = 120) {
+Test(interpreter, work_group_schedules_run_in_lockstep_and_match_the_plain_kernels, .timeout = LM_TIMEOUT(120)) {
   for (int which = 0; which < 2; which++) {
     lm_graph_t *g = lm_graph_new();
     if (which == 0) {
@@ -444,7 +445,7 @@ Test(interpreter, work_group_schedules_run_in_lockstep_and_match_the_plain_kerne
  * lockstep); some are mapped to work-groups, some copy loads into shared memory; the CUDA
  * translation unit of them all compiles with NVRTC for sm_90 and the OpenCL one builds on the
  * OpenCL device, each where present (the cuda backend's search cannot run here: no GPU). */
-Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, .timeout = 280) {
+Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, .timeout = LM_TIMEOUT(280)) {
   lm_graph_t *(*makers[])(void) = {matmul64, softmax};
   lm_sb cu = {0}, cl = {0};
   char *pre = lm_render_prelude(LM_DIALECT_CUDA), *pre_cl = lm_render_prelude(LM_DIALECT_OPENCL);
@@ -570,19 +571,19 @@ Test(candidates, device_search_candidates_render_and_build_for_cuda_and_opencl, 
   lm_sb_free(&cl);
 }
 
-Test(candidates, every_candidate_of_a_softmax_equals_the_reference, .timeout = 280) {
+Test(candidates, every_candidate_of_a_softmax_equals_the_reference, .timeout = LM_TIMEOUT(280)) {
   lowered l = lower(softmax());
   check_all_candidates(&l, "softmax");
   lowered_free(&l);
 }
 
-Test(candidates, every_candidate_of_an_adam_update_equals_the_reference, .timeout = 280) {
+Test(candidates, every_candidate_of_an_adam_update_equals_the_reference, .timeout = LM_TIMEOUT(280)) {
   lowered l = lower(adam());
   check_all_candidates(&l, "adam");
   lowered_free(&l);
 }
 
-Test(candidates, offspring_of_mutation_and_crossover_equal_the_reference, .timeout = 280) {
+Test(candidates, offspring_of_mutation_and_crossover_equal_the_reference, .timeout = LM_TIMEOUT(280)) {
   lm_graph_t *(*makers[])(void) = {matmul64, adam};
   const char *names[] = {"matmul 64^3 offspring", "adam offspring"};
   for (int i = 0; i < 2; i++) {
@@ -1131,10 +1132,20 @@ static void remove_dir(const char *d) {
   cr_assert_eq(system(cmd), 0);
 }
 
-static lm_search_options opts(const char *cache_dir, double budget) {
+/* The budget's clock in these tests never moves: a search is bounded by its counts alone
+ * (kernels, candidates, generations, e-graph iterations and nodes), so what a test sees does not
+ * depend on how busy the machine is. The budget itself is tested with a clock that ticks. */
+static double frozen_clock(void *ctx) {
+  (void)ctx;
+  return 0;
+}
+
+static lm_search_options opts(const char *cache_dir) {
   lm_search_options o;
   lm_search_options_init(&o);
-  o.budget_s = budget;
+  o.budget_s = 1;
+  o.clock = frozen_clock;
+  o.generations = 1;
   o.cache_dir = cache_dir;
   o.use_cache = 1;
   o.max_candidates = 12;
@@ -1164,9 +1175,9 @@ static void search_and_check(lm_graph_t *(*make)(void), const lm_search_options 
   lowered_free(&l);
 }
 
-Test(search, matmul_softmax_adam_searched_plans_compute_the_same_and_time_no_wrong_candidate, .timeout = 280) {
+Test(search, matmul_softmax_adam_searched_plans_compute_the_same_and_time_no_wrong_candidate, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
-  lm_search_options o = opts(dir, 10);
+  lm_search_options o = opts(dir);
   lm_graph_t *(*makers[])(void) = {matmul64, softmax, adam};
   const char *names[] = {"matmul", "softmax", "adam"};
   for (int i = 0; i < 3; i++) {
@@ -1184,9 +1195,10 @@ Test(search, matmul_softmax_adam_searched_plans_compute_the_same_and_time_no_wro
 
 /* The whole PPO update searched (kernels fused, candidates timed on the cpu at M = 32) computes
  * what its lowered plan computes. */
-Test(search, the_searched_ppo_update_computes_the_same_and_times_no_wrong_candidate, .timeout = 280) {
+Test(search, the_searched_ppo_update_computes_the_same_and_times_no_wrong_candidate, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
-  lm_search_options o = opts(dir, 20); /* compiling 86 kernels' candidates on a cold cache takes most of 10 s */
+  lm_search_options o = opts(dir);
+  o.max_kernels = 3; /* the three slowest of the fused plan's kernels */
   lm_graph_t *g = ppo_update();
   lowered probe = lower(g);
   int64_t *v = bind_syms(probe.g, ppo_names, ppo_values, 6);
@@ -1198,6 +1210,7 @@ Test(search, the_searched_ppo_update_computes_the_same_and_times_no_wrong_candid
               rep.kernels_before, rep.kernels_after, rep.searched, rep.candidates, 1e6 * rep.default_s,
               1e6 * rep.best_s, rep.wall_s);
   cr_assert_gt(rep.candidates, 0, "no candidate was timed");
+  cr_assert_leq(rep.searched, 3);
   lm_search_report_free(&rep);
   test_syms = NULL;
   free(v);
@@ -1205,9 +1218,9 @@ Test(search, the_searched_ppo_update_computes_the_same_and_times_no_wrong_candid
   free(dir);
 }
 
-Test(search, a_second_run_with_a_warm_cache_does_no_search, .timeout = 280) {
+Test(search, a_second_run_with_a_warm_cache_does_no_search, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
-  lm_search_options o = opts(dir, 10);
+  lm_search_options o = opts(dir);
   lm_search_report r1, r2;
   char *code1 = NULL, *code2 = NULL;
   search_and_check(matmul64, &o, &r1, &code1, "first run");
@@ -1229,9 +1242,9 @@ Test(search, a_second_run_with_a_warm_cache_does_no_search, .timeout = 280) {
   free(dir);
 }
 
-Test(search, corrupt_cache_lines_are_skipped_and_the_rest_still_applies, .timeout = 280) {
+Test(search, corrupt_cache_lines_are_skipped_and_the_rest_still_applies, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
-  lm_search_options o = opts(dir, 10);
+  lm_search_options o = opts(dir);
   lm_search_report r1, r2;
   char *code1 = NULL, *code2 = NULL;
   search_and_check(matmul64, &o, &r1, &code1, "first run");
@@ -1314,6 +1327,74 @@ Test(search, the_cache_merges_entries_and_survives_a_reload) {
   cr_assert_neq(skc_put(&b, 5, "two\nlines"), LM_OK);
   skc_free(&a);
   skc_free(&b);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* A clock that moves `step` seconds every time the search reads it. */
+typedef struct ticking {
+  double t, step;
+  long reads;
+} ticking;
+
+static double ticking_clock(void *ctx) {
+  ticking *k = ctx;
+  k->reads++;
+  return k->t += k->step;
+}
+
+/* The same genetic search (a 128^3 matmul, up to 2 generations after the first) on a clock that stands still and
+ * on one that ticks: only the second runs out of budget, and then it stops where the budget says
+ * (no generation starts past the deadline, at most 4 candidates are timed past it, a tenth of
+ * the budget at most over it), with everything it did time still checked. */
+Test(search, the_budget_is_read_on_the_search_clock_and_stops_the_search, .timeout = LM_TIMEOUT(280)) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir);
+  o.use_cache = 0;
+  o.generations = 2;
+  sk_trace frozen, ticked;
+  lm_search_report r1, r2;
+  lowered a = lower(matmul128()), b = lower(matmul128());
+  OK(sk_search_plan_traced(a.p, NULL, &o, &r1, &frozen));
+  ticking clk = {.step = 0.01};
+  o.clock = ticking_clock;
+  o.clock_ctx = &clk;
+  OK(sk_search_plan_traced(b.p, NULL, &o, &r2, &ticked));
+  cr_log_info("frozen clock: %d candidates timed, %d generations (stop: %s); ticking: %d timed, %d generations "
+              "(stop: %s), %ld reads to %.2f s",
+              r1.candidates, frozen.k[0].generations, frozen.k[0].stop, r2.candidates, ticked.k[0].generations,
+              ticked.k[0].stop, clk.reads, clk.t);
+  cr_assert_eq(frozen.n, 1);
+  cr_assert_eq(ticked.n, 1);
+  cr_assert(frozen.k[0].genetic && ticked.k[0].genetic);
+  cr_assert_gt(frozen.k[0].generations, 1, "on a frozen clock the search stopped after generation 0 (%s)",
+               frozen.k[0].stop);
+  cr_assert(strcmp(frozen.k[0].stop, "time"), "a clock that never moves ran out of time");
+  cr_assert_str_eq(ticked.k[0].stop, "time", "the ticking clock's budget did not stop the genetic search");
+  cr_assert_eq(ticked.k[0].generations, 1, "a generation started past the deadline");
+  cr_assert_leq(r2.candidates, r1.candidates);
+  cr_assert_leq(clk.t, o.budget_s + 0.5 + 10 * clk.step, "the search read the clock at %.2f s on a 1 s budget", clk.t);
+  cr_assert_eq(r1.wrong + r2.wrong, 0);
+  lowered ref = lower(matmul128());
+  bufs in = bufs_new(ref.p, 21), want = bufs_new(ref.p, 1), got = bufs_new(ref.p, 1);
+  bufs_copy(&want, &in);
+  interpret(ref.p, ref.p->kernels, ref.p->nkernels, &want);
+  lowered *plans[] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    bufs_copy(&got, &in);
+    interpret(plans[i]->p, plans[i]->p->kernels, plans[i]->p->nkernels, &got);
+    expect_close(ref.p, &got, &want, 0, 0, i ? "ticking" : "frozen");
+  }
+  bufs_free(&in);
+  bufs_free(&want);
+  bufs_free(&got);
+  lowered_free(&ref);
+  sk_trace_free(&frozen);
+  sk_trace_free(&ticked);
+  lm_search_report_free(&r1);
+  lm_search_report_free(&r2);
+  lowered_free(&a);
+  lowered_free(&b);
   remove_dir(dir);
   free(dir);
 }
@@ -1458,11 +1539,11 @@ Test(search, candidates_are_launched_cut_over_threads_as_the_cpu_backend_cuts_th
   }
 }
 
-Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout = 280) {
+Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
   char log[4200];
   snprintf(log, sizeof log, "%s/search.log", dir);
-  lm_search_options o = opts(dir, 10);
+  lm_search_options o = opts(dir);
   o.log_path = log;
   lm_search_report rep;
   search_and_check(matmul64, &o, &rep, NULL, "logged");
@@ -1484,9 +1565,9 @@ Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout =
   free(dir);
 }
 
-Test(search, bench_runs_both_schedules_side_by_side, .timeout = 280) {
+Test(search, bench_runs_both_schedules_side_by_side, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
-  lm_search_options o = opts(dir, 10);
+  lm_search_options o = opts(dir);
   lm_graph_t *g = matmul64();
   lm_search_bench_result r;
   OK(lm_search_bench(g, NULL, NULL, 0, &o, &r));
@@ -1521,12 +1602,12 @@ static int parent_ok(const char *op, size_t self, size_t *nparents) {
   return 1;
 }
 
-Test(genetic, a_large_space_runs_generations_of_distinct_checked_candidates, .timeout = 120) {
-  setenv("LUMEN_SEARCH_GENERATIONS", "3", 1); /* this process only: Criterion forks each test */
+Test(genetic, a_large_space_runs_generations_of_distinct_checked_candidates, .timeout = LM_TIMEOUT(120)) {
   char *dir = temp_dir();
   char log[4200];
   snprintf(log, sizeof log, "%s/search.log", dir);
-  lm_search_options o = opts(dir, 8);
+  lm_search_options o = opts(dir);
+  o.generations = 3;
   o.log_path = log;
   lowered ref = lower(matmul128()), l = lower(matmul128());
   lm_search_report rep;

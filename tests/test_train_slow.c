@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "support/timeout.h"
 
 #ifndef LUMEN_BINARY_DIR
 #define LUMEN_BINARY_DIR LUMEN_SOURCE_DIR "/build"
@@ -23,7 +24,7 @@ static char *slurp(const char *path) {
   return buf;
 }
 
-Test(train_slow, rltrain_cartpole_with_defaults_solves_it_on_cpu, .timeout = 600) {
+Test(train_slow, rltrain_cartpole_with_defaults_solves_it_on_cpu, .timeout = LM_TIMEOUT(600)) {
   char dir[] = "/tmp/lumen-run-XXXXXX", cmd[4096], path[4200];
   cr_assert(mkdtemp(dir));
   snprintf(cmd, sizeof cmd, "'%s/rltrain' cartpole --device cpu --quiet --out '%s' > '%s/out.txt' 2>&1", LUMEN_BINARY_DIR,

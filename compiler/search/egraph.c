@@ -506,9 +506,13 @@ static int collect(void *ctx, const lm_match *m) {
   return 1;
 }
 
+static double run_clock(const lm_run_limits *lim) {
+  return lim->clock ? lim->clock(lim->clock_ctx) : lm_search_now();
+}
+
 void lm_eg_run(lm_egraph *g, const lm_rule *rules, int nrules, void *ctx, const lm_run_limits *lim,
                lm_run_report *rep) {
-  double t0 = lm_search_now();
+  double t0 = run_clock(lim), w0 = lm_search_now();
   int *ban_until = lm_calloc((size_t)nrules + 1, sizeof *ban_until);
   int *times_banned = lm_calloc((size_t)nrules + 1, sizeof *times_banned);
   mbuf mb = {0};
@@ -528,7 +532,7 @@ void lm_eg_run(lm_egraph *g, const lm_rule *rules, int nrules, void *ctx, const 
       rep->stop = LM_STOP_NODES;
       break;
     }
-    if (lm_search_now() - t0 > lim->seconds) {
+    if (run_clock(lim) - t0 > lim->seconds) {
       rep->stop = LM_STOP_TIME;
       break;
     }
@@ -576,7 +580,7 @@ void lm_eg_run(lm_egraph *g, const lm_rule *rules, int nrules, void *ctx, const 
       g->cur_taint = 0;
       g->cur_inexact = 0;
       if (made && rep->applied) rep->applied[mb.rule[i]]++;
-      if ((i & 255) == 255 && (g->nnodes >= lim->nodes || lm_search_now() - t0 > lim->seconds)) break;
+      if ((i & 255) == 255 && (g->nnodes >= lim->nodes || run_clock(lim) - t0 > lim->seconds)) break;
     }
     lm_eg_rebuild(g);
     rep->iterations = it + 1;
@@ -595,7 +599,7 @@ void lm_eg_run(lm_egraph *g, const lm_rule *rules, int nrules, void *ctx, const 
 done:
   rep->nodes = g->nnodes;
   rep->classes = g->nroots;
-  rep->seconds = lm_search_now() - t0;
+  rep->seconds = lm_search_now() - w0;
   lm_free(mb.m);
   lm_free(mb.rule);
   lm_free(ban_until);

@@ -138,6 +138,8 @@ typedef struct lm_run_limits {
   uint32_t match_limit; /* back-off: matches per rule per iteration before a ban */
   int ban_length;       /* iterations */
   const uint8_t *enabled; /* per rule: 0 skips it (NULL: all run) */
+  double (*clock)(void *ctx); /* what `seconds` is read on (NULL: lm_search_now) */
+  void *clock_ctx;
 } lm_run_limits;
 
 typedef enum lm_stop {

@@ -35,10 +35,15 @@ void lm_search_options_init(lm_search_options *o) {
   o->sym_default = 256;
   o->min_work = 4096;
   o->seed = 0x5EA6C4ull;
+  o->generations = SK_GA_GENERATIONS;
   const char *e;
   if ((e = getenv("LUMEN_SEARCH_BUDGET")) && *e) {
     double b = strtod(e, NULL);
     o->budget_s = b > 0 && b < 1e7 ? b : 0;
+  }
+  if ((e = getenv("LUMEN_SEARCH_GENERATIONS")) && *e) {
+    long g = strtol(e, NULL, 10);
+    o->generations = g < 0 ? 0 : g > 1000 ? 1000 : (int)g;
   }
   if ((e = getenv("LUMEN_SEARCH_LOG")) && *e) o->log_path = e;
   if ((e = getenv("LUMEN_SEARCH_CACHE")) && !strcmp(e, "0")) o->use_cache = 0;
@@ -154,7 +159,9 @@ static uint64_t key_of(sctx *c, const char *text, const char *stage) {
   return lm_hash_bytes(opts, sizeof opts, h);
 }
 
-static int time_left(const sctx *c) { return lm_search_now() < c->deadline; }
+/* The budget's clock (lm_search_options.clock); candidates are timed on lm_search_now. */
+static double now_(const sctx *c) { return c->o->clock ? c->o->clock(c->o->clock_ctx) : lm_search_now(); }
+static int time_left(const sctx *c) { return now_(c) < c->deadline; }
 static double overrun(const sctx *c) { return c->o->budget_s / 10 > 0.5 ? c->o->budget_s / 10 : 0.5; }
 
 /* Statements a kernel executes: a loop of 1024 iterations whose body calls exp and log is
@@ -253,7 +260,7 @@ enum { MAX_PARTS = 8 };
 static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
   char *pre = lm_render_prelude(c->dialect);
   if (!pre) return;
-  double t0 = lm_search_now();
+  double t0 = now_(c);
   size_t built = 0;
   for (size_t j = 0; j < nj; j++)
     for (size_t n = 0; n < jobs[j].nc; n++) built += jobs[j].c[n].status == SK_CS_UNTESTED && !jobs[j].c[n].fn;
@@ -330,9 +337,9 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
     lo = hi;
   }
   lm_free(pre);
-  c->cc_s += lm_search_now() - t0;
+  c->cc_s += now_(c) - t0;
   c->cc_n += (double)built;
-  if (built) logf_(c, "  (compiled %zu candidates in %.2f s)\n", built, lm_search_now() - t0);
+  if (built) logf_(c, "  (compiled %zu candidates in %.2f s)\n", built, now_(c) - t0);
 }
 
 /* ---------------------------------------------------------------- the default schedule */
@@ -583,7 +590,7 @@ static lm_status gen_candidates(sctx *c, job *j, double egraph_s) {
   int nr;
   const lm_rule *rules = sk_rules(&nr);
   lm_run_limits lim = {.iterations = 8, .nodes = 40000, .seconds = egraph_s, .match_limit = 1000, .ban_length = 2,
-                       .enabled = c->enabled_k};
+                       .enabled = c->enabled_k, .clock = c->o->clock, .clock_ctx = c->o->clock_ctx};
   lm_run_report rr = {0};
   lm_eg_run(s->eg, rules, nr, s, &lim, &rr);
   j->enode = rr.nodes;
@@ -776,7 +783,7 @@ static void time_range(sctx *c, job *j, size_t from, const uint8_t *w, float *co
     }
     /* compiled already: the best few are still worth timing, within a tenth of the budget (at
      * least half a second) past the deadline; a device's launches can take a tenth of a second */
-    if (!time_left(c) && (n - from >= min_n || lm_search_now() > c->deadline + overrun(c))) break;
+    if (!time_left(c) && (n - from >= min_n || now_(c) > c->deadline + overrun(c))) break;
     if (c->dev) { /* an OpenCL driver may compile a kernel at its first launch (PoCL does) */
       skb_launch(&c->bench, &d->k, d->fn);
       skb_sync(&c->bench);
@@ -860,7 +867,7 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
       why = "generation limit";
       break;
     }
-    double g_start = lm_search_now();
+    double g_start = now_(c);
     if (g_start + gen_est >= until || !time_left(c)) { /* a generation must fit in what is left */
       why = "time";
       break;
@@ -913,7 +920,7 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
     }
     qsort(j->c + from, made, sizeof *j->c, cmp_est);
     compile_jobs(c, j, 1, 1);
-    double prev = *best, left = until - lm_search_now();
+    double prev = *best, left = until - now_(c);
     double max_s = left / (double)(made + 1);
     max_s = max_s > 0.3 ? 0.3 : max_s < 0.01 ? 0.01 : max_s;
     time_range(c, j, from, w, ref, max_s, best, 2);
@@ -922,14 +929,14 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
       logf_(c, "  generation %d: %zu candidates (%d offspring: %d duplicates, %d not schedulable), best %.2f us "
                "(cand %zu, %s); best so far %.2f us (cand %zu, generation %d, %s); %.2f s\n",
             j->generations, made, offspring, dup, unsched, 1e6 * j->c[g].time, g, j->c[g].op, 1e6 * j->c[all].time,
-            all, j->c[all].gen, j->c[all].op, lm_search_now() - g_start);
+            all, j->c[all].gen, j->c[all].op, now_(c) - g_start);
     else
       logf_(c, "  generation %d: %zu candidates (%d offspring: %d duplicates, %d not schedulable), none correct and "
                "within 3x of the best; best so far %.2f us (cand %zu, generation %d, %s); %.2f s\n",
             j->generations, made, offspring, dup, unsched, 1e6 * j->c[all].time, all, j->c[all].gen, j->c[all].op,
-            lm_search_now() - g_start);
+            now_(c) - g_start);
     j->generations++;
-    gen_est = lm_search_now() - g_start;
+    gen_est = now_(c) - g_start;
     stall = *best < 0.99 * prev ? 0 : stall + 1;
     if (stall >= SK_GA_STALL) {
       why = "no gain in the last generations";
@@ -938,7 +945,7 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
   }
   snprintf(j->stop_why, sizeof j->stop_why, "%s", why);
   logf_(c, "  genetic search: %d generations, stopped: %s (at %.2f s of the search)\n", j->generations, why,
-        lm_search_now() - c->t0);
+        now_(c) - c->t0);
   lm_free(genome);
   lm_free(mid);
   lm_free(pool);
@@ -947,7 +954,7 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
 /* Measures a job's candidates: the reference on random inputs, then generation 0 (and, for a large
  * space, the genetic search until `until`); *winner: the candidate that replaces the kernel. */
 static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_mean, int *winner, double *gen0_s) {
-  double t0 = lm_search_now();
+  double t0 = now_(c);
   lm_plan *plan = c->plan;
   const lm_kernel *orig = &plan->kernels[j->ki];
   *winner = 0;
@@ -978,7 +985,7 @@ static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_
         if (w[b]) memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
     }
   }
-  double remaining = c->deadline - lm_search_now();
+  double remaining = c->deadline - now_(c);
   double per = remaining > 0 ? remaining / (double)(slot + 1) : 0;
   double max_s = per / (double)(j->nc + 1);
   if (max_s > 0.3) max_s = 0.3;
@@ -986,9 +993,9 @@ static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_
   double best = d0->time;
   logf_(c, "  cand 0 default schedule %10.2f us  est %.3g\n", 1e6 * d0->time, d0->est);
   time_range(c, j, 1, w, ref, max_s, &best, 4);
-  *gen0_s += lm_search_now() - t0;
+  *gen0_s += now_(c) - t0;
   if (j->sk) /* a generation is about half a first one (half the candidates); then as the last one took */
-    evolve(c, j, w, ref, until, 0.5 * (lm_search_now() - t0 + gen0_mean), &best); /* j->c may move */
+    evolve(c, j, w, ref, until, 0.5 * (now_(c) - t0 + gen0_mean), &best); /* j->c may move */
   /* the winner: the fastest, an exact one when within 5% of a rounding one, and 2% better than the default */
   int win = 0;
   for (size_t n = 1; n < j->nc; n++) {
@@ -1264,9 +1271,11 @@ static void kernel_stage(sctx *c, uint8_t *won) {
   }
   qsort(jobs, nj, sizeof *jobs, cmp_base);
   logf_(c, "kernels: %zu to search, default schedules %.2f us in all\n", nj, 1e6 * total);
+  size_t taken = 0; /* kernels given a search (o->max_kernels bounds them; the rest keep the default, uncached) */
+  size_t max_k = c->o->max_kernels > 0 ? (size_t)c->o->max_kernels : SIZE_MAX;
   for (size_t lo = 0; lo < nj;) {
     size_t hi = lo, ncands = 0;
-    while (hi < nj && (hi == lo || ncands < 96) && time_left(c)) {
+    while (hi < nj && (hi == lo || ncands < 96) && time_left(c) && taken < max_k) {
       job *j = &jobs[hi++];
       if (!j->nc || j->c[0].status != SK_CS_OK) continue;
       if (j->c[0].time < 0.005 * total || j->c[0].time < 2e-6) { /* too small to matter */
@@ -1275,19 +1284,20 @@ static void kernel_stage(sctx *c, uint8_t *won) {
         decide(c, j, 0, keys, pending, won, 0, 0);
         continue;
       }
-      double left = c->deadline - lm_search_now();
+      taken++;
+      double left = c->deadline - now_(c);
       double eg = left / (double)(nj - hi + 1) / 4;
       /* as many candidates as compiling them leaves time to time them: at most 40% of this
        * kernel's share of what is left (a cold compile cache compiles at ~0.1 s a candidate) */
       double per = c->cc_n > 0 ? c->cc_s / c->cc_n : 0;
-      size_t cap = per > 0 ? (size_t)(0.4 * left / (double)(nj - hi + 1) / per) : 24;
-      c->keep_cap = cap < 6 ? 6 : cap > 24 ? 0 : cap;
+      double cap = per > 0 ? 0.4 * left / (double)(nj - hi + 1) / per : 24;
+      c->keep_cap = !(cap >= 6) ? 6 : cap > 24 ? 0 : (size_t)cap;
       eg = eg > 3.0 ? 3.0 : eg < 0.05 ? 0.05 : eg;
       logf_(c, "kernel %s (key %016llx, default schedule %.2f us):\n", plan->kernels[j->ki].name,
             (unsigned long long)j->key, 1e6 * j->c[0].time);
-      double g0 = lm_search_now();
+      double g0 = now_(c);
       lm_status gst = gen_candidates(c, j, eg);
-      gen0_s += lm_search_now() - g0;
+      gen0_s += now_(c) - g0;
       gen0_n++;
       if (gst == LM_OK) {
         logf_(c, "  e-graph: %zu nodes, %zu classes, %d iterations (stop %d) in %.3f s; %d terms (%d not "
@@ -1297,9 +1307,9 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       } else decide(c, j, 0, keys, pending, won, 0, 0);
     }
     if (lo == hi) break;
-    double cc0 = lm_search_now();
+    double cc0 = now_(c);
     compile_jobs(c, jobs + lo, hi - lo, 0);
-    gen0_s += lm_search_now() - cc0;
+    gen0_s += now_(c) - cc0;
     for (size_t q = lo; q < hi; q++) {
       job *j = &jobs[q];
       if (!j->nc || (j->nc < 2 && !j->sk) || !pending[j->ki]) continue;
@@ -1307,7 +1317,7 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       /* the genetic search's time for this job: half an equal share of what is left, half by its
        * default time, less what the generation 0 of the kernels still waiting will take (at the
        * mean so far): every kernel gets its first generation before any gets a later one */
-      double rest = 0, now = lm_search_now();
+      double rest = 0, now = now_(c);
       int waiting = 0;
       for (size_t r = q; r < nj; r++)
         if (jobs[r].nc && pending[jobs[r].ki] && jobs[r].c[0].status == SK_CS_OK) {
@@ -1476,7 +1486,7 @@ static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, doub
     logf_(c, "plan: the fused plan is WRONG (error %.3g x tolerance)\n", e);
     goto done;
   }
-  double budget = (c->deadline - lm_search_now()) / 8;
+  double budget = (c->deadline - now_(c)) / 8;
   if (budget > 1.0) budget = 1.0;
   if (budget < 0.02) budget = 0.02;
   *t_old = time_seq(c, oks, fo, no, budget);
@@ -1552,8 +1562,9 @@ static void plan_stage(sctx *c) {
   }
   int nr;
   const lm_rule *rl = sk_rules(&nr);
-  lm_run_limits lim = {.iterations = 24, .nodes = 200000, .seconds = (c->deadline - lm_search_now()) / 6,
-                       .match_limit = 100000, .ban_length = 1, .enabled = c->enabled_p};
+  lm_run_limits lim = {.iterations = 24, .nodes = 200000, .seconds = (c->deadline - now_(c)) / 6,
+                       .match_limit = 100000, .ban_length = 1, .enabled = c->enabled_p, .clock = c->o->clock,
+                       .clock_ctx = c->o->clock_ctx};
   lm_run_report rr = {0};
   uint32_t applied[64] = {0};
   rr.applied = applied;
@@ -1642,15 +1653,11 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
     return LM_OK;
   }
   sctx c = {.o = opts, .plan = plan, .rep = rep, .rng = opts->seed ? opts->seed : 1, .trace = trace,
-            .ga_generations = SK_GA_GENERATIONS, .dev = dev,
-            .dialect = dev ? dev->ops->kernel_dialect : LM_DIALECT_C};
-  const char *ge = getenv("LUMEN_SEARCH_GENERATIONS");
-  if (ge && *ge) {
-    long gl = strtol(ge, NULL, 10);
-    c.ga_generations = gl < 0 ? 0 : gl > 1000 ? 1000 : (int)gl;
-  }
+            .ga_generations = opts->generations < 0 ? 0 : opts->generations > 1000 ? 1000 : opts->generations,
+            .dev = dev, .dialect = dev ? dev->ops->kernel_dialect : LM_DIALECT_C};
   uint8_t *won = NULL;
-  c.t0 = lm_search_now();
+  c.t0 = now_(&c);
+  double wall0 = lm_search_now();
   c.deadline = c.t0 + opts->budget_s;
   lm_status st = LM_OK;
   const lm_exprs *x = &plan->g->x;
@@ -1717,7 +1724,7 @@ done:
   for (size_t i = 0; !dev && i < plan->nkernels; i++) /* a device backend applies its own after */
     if (!won || !won[i]) interchange_one(plan, &plan->kernels[i]);
   lm_free(won);
-  rep->wall_s = lm_search_now() - c.t0;
+  rep->wall_s = lm_search_now() - wall0;
   logf_(&c, "==== search done in %.2f s: %d kernels searched, %d from the cache, %d candidates timed, %d wrong; "
             "kernels %.2f us -> %.2f us\n",
         rep->wall_s, rep->searched, rep->from_cache, rep->candidates, rep->wrong, 1e6 * rep->default_s,

@@ -12,9 +12,20 @@
 extern "C" {
 #endif
 
+/* The clock a search's budget is read on: seconds since any fixed point. */
+typedef double (*lm_search_clock_fn)(void *ctx);
+
 typedef struct lm_search_options {
-  double budget_s;      /* wall-clock budget for one plan; 0 = no search ($LUMEN_SEARCH_BUDGET) */
+  double budget_s;      /* budget for one plan in seconds of `clock`; 0 = no search ($LUMEN_SEARCH_BUDGET) */
+  lm_search_clock_fn clock; /* NULL: the monotonic wall clock. Only the budget is read on it; candidates
+                           are always timed on the wall clock. A clock that never moves bounds the
+                           search by the counts below alone (tests use one: their work does not
+                           depend on how busy the machine is) */
+  void *clock_ctx;
   int max_candidates;   /* candidates timed per kernel (besides the default), default 24 */
+  int generations;      /* generations of the genetic search after the first, default 12
+                           ($LUMEN_SEARCH_GENERATIONS; 0: generation 0 only) */
+  int max_kernels;      /* kernels searched per plan, the slowest first (0: every kernel worth it) */
   int samples;          /* genomes drawn per kernel before ranking, default 160 */
   int threads;          /* thread pool size for timing (0: $LUMEN_THREADS or every CPU) */
   int use_cache;        /* read and write the tuning cache (default 1; $LUMEN_SEARCH_CACHE=0 turns off) */
