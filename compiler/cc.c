@@ -1,6 +1,9 @@
 /* compiler/cc.c — the system C compiler for the cpu backend: choosing and probing a compiler,
  * running it without a shell (posix_spawnp, output to a log file, time-out kills its process
- * group), the on-disk cache of kernel shared objects, and dlopen. */
+ * group), the on-disk cache of kernel shared objects, and dlopen. It also owns the cache's trust:
+ * the directory checks, the per-user key file, the SipHash seal every cached object carries and
+ * the load that checks it on the very inode it maps (rules in cc.h). Rebuilds are not printed:
+ * they are counted (lm_cc_rebuild_count) and the last one is kept as lm_cc_notice(). */
 #include "cc.h"
 
 #include <dlfcn.h>
@@ -9,6 +12,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -174,44 +178,500 @@ static void read_file_into(lm_sb *b, const char *path) {
   fclose(f);
 }
 
-/* mkdir -p with mode 0700 for what it creates; then checks the result is a writable directory. */
-static lm_status make_dirs(const char *dir) {
-  char *p = lm_strdup(dir);
-  if (!p) return LM_ERR_NOMEM;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;
-    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-      lm_status st = lm_fail(LM_ERR_IO, "cannot create the cache directory %s: %s", p,
-                             strerror(errno));
-      lm_free(p);
-      return st;
-    }
-    *s = c;
-    if (!c) break;
-  }
-  lm_free(p);
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return lm_fail(LM_ERR_IO, "the cache directory %s is not a directory", dir);
+/* ---- the trusted cache directory (the rules are in cc.h) ------------------------------------ */
+
+static pthread_mutex_t notice_mu = PTHREAD_MUTEX_INITIALIZER;
+static char notice_text[1200];
+static atomic_llong rebuild_count;
+
+static void notice(const char *fmt, ...) LM_PRINTF(1, 2);
+static void notice(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&notice_mu);
+  vsnprintf(notice_text, sizeof notice_text, fmt, ap);
+  pthread_mutex_unlock(&notice_mu);
+  va_end(ap);
+}
+
+const char *lm_cc_notice(void) {
+  static _Thread_local char buf[sizeof notice_text];
+  pthread_mutex_lock(&notice_mu);
+  memcpy(buf, notice_text, sizeof buf);
+  pthread_mutex_unlock(&notice_mu);
+  return buf;
+}
+
+int64_t lm_cc_rebuild_count(void) { return (int64_t)atomic_load(&rebuild_count); }
+
+/* Fails unless `sb` (of `path`, described as `what`) is owned by us and not group/world
+ * writable; `fix` ends the message. */
+static lm_status check_owner_mode(const char *what, const char *path, const struct stat *sb,
+                                  const char *fix) {
+  unsigned long me = (unsigned long)geteuid();
+  if ((unsigned long)sb->st_uid != me)
+    return lm_fail(LM_ERR_CORRUPT,
+                   "%s %s is owned by uid %lu, not by this process's uid %lu, so lumen will not "
+                   "use it (another user could plant code there); %s",
+                   what, path, (unsigned long)sb->st_uid, me, fix);
+  if (sb->st_mode & (S_IWGRP | S_IWOTH))
+    return lm_fail(LM_ERR_CORRUPT,
+                   "%s %s is writable by %s (mode %04o), so lumen will not use it (they could "
+                   "plant code there); run 'chmod go-w %s', or %s",
+                   what, path, (sb->st_mode & S_IWGRP) && (sb->st_mode & S_IWOTH) ? "group and others"
+                               : sb->st_mode & S_IWGRP ? "its group" : "others",
+                   (unsigned)(sb->st_mode & 07777), path, fix);
+  return LM_OK;
+}
+
+static const char dir_fix[] = "set LUMEN_CACHE_DIR to a directory of your own";
+
+/* The trust check of an existing directory: lstat (a link is refused), then open it with
+ * O_NOFOLLOW and check the same inode through the descriptor. */
+static lm_status dir_check(const char *dir) {
+  struct stat ls, fs;
+  if (lstat(dir, &ls) != 0)
+    return lm_fail(LM_ERR_IO, "the cache directory %s: %s", dir, strerror(errno));
+  if (S_ISLNK(ls.st_mode))
+    return lm_fail(LM_ERR_CORRUPT,
+                   "the cache directory %s is a symbolic link; lumen uses only a real directory "
+                   "(a link can be redirected): %s, or replace the link by a directory",
+                   dir, dir_fix);
+  if (!S_ISDIR(ls.st_mode))
+    return lm_fail(LM_ERR_IO, "the cache directory %s is not a directory; %s", dir, dir_fix);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return lm_fail(LM_ERR_IO, "the cache directory %s: %s", dir, strerror(errno));
+  int ok = fstat(fd, &fs) == 0;
+  close(fd);
+  if (!ok || fs.st_dev != ls.st_dev || fs.st_ino != ls.st_ino)
+    return lm_fail(LM_ERR_CORRUPT, "the cache directory %s changed while it was checked", dir);
+  lm_status st = check_owner_mode("the cache directory", dir, &fs, dir_fix);
+  if (st != LM_OK) return st;
   if (access(dir, W_OK | X_OK) != 0)
     return lm_fail(LM_ERR_IO, "the cache directory %s is not writable: %s", dir, strerror(errno));
   return LM_OK;
 }
 
+/* mkdir -p with mode 0700; every component created here, and `dir` itself, is checked. Existing
+ * parents are taken as they are (a ~/.cache that is a link to another disk is fine). */
+lm_status lm_cc_dir_make(const char *dir) {
+  if (!dir || !*dir) return lm_fail(LM_ERR_INVALID, "lm_cc_dir_make: no directory");
+  char *p = lm_strdup(dir);
+  if (!p) return lm_fail(LM_ERR_NOMEM, "out of memory");
+  for (size_t len = strlen(p); len > 1 && p[len - 1] == '/';) p[--len] = 0; /* "d/" follows a link */
+  lm_status st = LM_OK;
+  for (char *s = p + 1; st == LM_OK; s++) {
+    if (*s != '/' && *s) continue;
+    char c = *s;
+    *s = 0;
+    if (mkdir(p, 0700) == 0) {
+      if (c) st = dir_check(p); /* ours by construction, unless someone raced us */
+    } else if (errno != EEXIST) {
+      st = lm_fail(LM_ERR_IO, "cannot create the cache directory %s: %s", p, strerror(errno));
+    }
+    *s = c;
+    if (!c) break;
+  }
+  if (st == LM_OK) st = dir_check(p);
+  lm_free(p);
+  return st;
+}
+
+/* Opens `path` read-only without following a link and checks it is a regular file of ours;
+ * `strict` also refuses group/world-writable files. *missing is set for ENOENT. */
+static int open_checked(const char *path, int strict, struct stat *sb, int *missing,
+                        lm_status *st) {
+  *missing = 0;
+  *st = LM_OK;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) *missing = 1;
+    *st = err == ELOOP ? lm_fail(LM_ERR_CORRUPT, "%s is a symbolic link", path)
+          : lm_fail(err == ENOENT ? LM_ERR_IO : LM_ERR_CORRUPT, "cannot open %s: %s", path,
+                    strerror(err));
+    return -1;
+  }
+  if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode))
+    *st = lm_fail(LM_ERR_CORRUPT, "%s is not a regular file", path);
+  else if (strict)
+    *st = check_owner_mode("the cache file", path, sb, "remove it and lumen writes it anew");
+  else if (sb->st_uid != geteuid())
+    *st = lm_fail(LM_ERR_CORRUPT, "the cache file %s is owned by uid %lu, not by uid %lu", path,
+                  (unsigned long)sb->st_uid, (unsigned long)geteuid());
+  if (*st != LM_OK) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+lm_status lm_cc_file_open(const char *path, int *fd) {
+  *fd = -1;
+  struct stat sb;
+  int missing;
+  lm_status st;
+  *fd = open_checked(path, 1, &sb, &missing, &st);
+  return missing ? LM_OK : st;
+}
+
+/* Reads what is left of fd (sb->st_size bytes expected) into a NUL-terminated buffer. */
+static lm_status read_fd(int fd, const char *path, const struct stat *sb, char **data,
+                         size_t *n) {
+  *data = NULL;
+  *n = 0;
+  if (sb->st_size < 0 || (uint64_t)sb->st_size > ((uint64_t)1 << 31))
+    return lm_fail(LM_ERR_CORRUPT, "%s is too large for a cache file", path);
+  size_t size = (size_t)sb->st_size, got = 0;
+  char *buf = lm_malloc(size + 1);
+  if (!buf) return LM_ERR_NOMEM;
+  while (got < size) {
+    ssize_t k = pread(fd, buf + got, size - got, (off_t)got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  if (got != size) {
+    lm_free(buf);
+    return lm_fail(LM_ERR_CORRUPT, "%s: short read (%zu of %zu bytes)", path, got, size);
+  }
+  buf[size] = 0;
+  *data = buf;
+  *n = size;
+  return LM_OK;
+}
+
+/* ---- the key file and the seal -------------------------------------------------------------- */
+
+static uint64_t load64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static void store64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t rotl64(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+#define SIP_ROUND                                                                               \
+  do {                                                                                          \
+    v0 += v1, v1 = rotl64(v1, 13), v1 ^= v0, v0 = rotl64(v0, 32);                              \
+    v2 += v3, v3 = rotl64(v3, 16), v3 ^= v2;                                                   \
+    v0 += v3, v3 = rotl64(v3, 21), v3 ^= v0;                                                   \
+    v2 += v1, v1 = rotl64(v1, 17), v1 ^= v2, v2 = rotl64(v2, 32);                              \
+  } while (0)
+
+uint64_t lm_siphash24(const uint8_t key[16], const void *data, size_t n) {
+  const uint8_t *m = data;
+  uint64_t k0 = load64(key), k1 = load64(key + 8);
+  uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
+  uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
+  size_t whole = n - n % 8;
+  for (size_t i = 0; i < whole; i += 8) {
+    uint64_t w = load64(m + i);
+    v3 ^= w;
+    SIP_ROUND;
+    SIP_ROUND;
+    v0 ^= w;
+  }
+  uint64_t last = (uint64_t)n << 56;
+  for (size_t i = 0; i < n % 8; i++) last |= (uint64_t)m[whole + i] << (8 * i);
+  v3 ^= last;
+  SIP_ROUND;
+  SIP_ROUND;
+  v0 ^= last;
+  v2 ^= 0xff;
+  SIP_ROUND;
+  SIP_ROUND;
+  SIP_ROUND;
+  SIP_ROUND;
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+#define SECRET_FILE "mac-key"
+#define SEAL_MAGIC "LMSEAL1\n"
+enum { SEAL_NAME = 64, SEAL_TAG = 16, SEAL_BYTES = 8 + SEAL_NAME + SEAL_TAG };
+
+static void seal_tag(const lm_cc_secret *s, const void *data, size_t n, uint8_t tag[SEAL_TAG]) {
+  store64(tag, lm_siphash24(s->bytes, data, n));
+  store64(tag + 8, lm_siphash24(s->bytes + 16, data, n));
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* The 8 + SEAL_NAME bytes before the tag: the magic and the file's own name. */
+static void seal_head(const char *path, uint8_t head[8 + SEAL_NAME]) {
+  memset(head, 0, 8 + SEAL_NAME);
+  memcpy(head, SEAL_MAGIC, 8);
+  const char *name = base_name(path);
+  size_t len = strlen(name);
+  memcpy(head + 8, name, len < SEAL_NAME ? len : SEAL_NAME);
+}
+
+/* NULL if data (n bytes, the whole file at `path`) carries a good seal, else why not. */
+static const char *seal_check(const lm_cc_secret *s, const char *path, const char *data,
+                              size_t n) {
+  if (n < SEAL_BYTES) return "it is too short to carry a lumen seal (truncated?)";
+  uint8_t head[8 + SEAL_NAME], tag[SEAL_TAG];
+  seal_head(path, head);
+  const uint8_t *trailer = (const uint8_t *)data + n - SEAL_BYTES;
+  if (memcmp(trailer, head, 8) != 0) return "it carries no lumen seal (truncated, or not written by lumen)";
+  if (memcmp(trailer + 8, head + 8, SEAL_NAME) != 0) return "its seal is for another file";
+  seal_tag(s, data, n - SEAL_TAG, tag);
+  uint8_t diff = 0;
+  for (int i = 0; i < SEAL_TAG; i++) diff |= (uint8_t)(tag[i] ^ trailer[8 + SEAL_NAME + i]);
+  return diff ? "its seal does not match (modified, or sealed with another key)" : NULL;
+}
+
+static int random_bytes(uint8_t *p, size_t n) {
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(fd, p + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  close(fd);
+  return got == n;
+}
+
+/* Reads <dir>/mac-key, creating it first if it is missing: 32 random bytes written to a mkstemp
+ * file (mode 0600) and hard-linked into place, so a reader never sees a partial key and two
+ * processes creating it at once agree on one. */
+static lm_status secret_get(const char *dir, lm_cc_secret *s) {
+  char *path = path_printf("%s/" SECRET_FILE, dir);
+  char *tmp = path_printf("%s/" SECRET_FILE ".XXXXXX", dir);
+  lm_status st = LM_ERR_NOMEM;
+  if (!path || !tmp) goto done;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    struct stat sb;
+    int missing;
+    int fd = open_checked(path, 0, &sb, &missing, &st);
+    if (fd >= 0) {
+      ssize_t k = sb.st_mode & 077 || sb.st_size != (off_t)sizeof s->bytes
+                      ? -1
+                      : pread(fd, s->bytes, sizeof s->bytes, 0);
+      close(fd);
+      st = k == (ssize_t)sizeof s->bytes
+               ? LM_OK
+               : lm_fail(LM_ERR_CORRUPT,
+                         "the cache key file %s is unsafe or damaged (mode %04o, %lld bytes; it "
+                         "must be 32 bytes with mode 0600)",
+                         path, (unsigned)(sb.st_mode & 07777), (long long)sb.st_size);
+      goto done;
+    }
+    if (!missing) goto done;
+    uint8_t fresh[sizeof s->bytes];
+    snprintf(tmp, strlen(tmp) + 1, "%s/" SECRET_FILE ".XXXXXX", dir);
+    int tfd = mkstemp(tmp);
+    if (tfd < 0) {
+      st = lm_fail(LM_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+      goto done;
+    }
+    int ok = random_bytes(fresh, sizeof fresh) && fchmod(tfd, 0600) == 0 &&
+             write_all(tfd, (const char *)fresh, sizeof fresh);
+    ok = close(tfd) == 0 && ok;
+    int linked = ok && link(tmp, path) == 0;
+    int err = errno;
+    unlink(tmp);
+    if (!ok || (!linked && err != EEXIST)) {
+      st = lm_fail(LM_ERR_IO, "cannot create the cache key file %s: %s", path,
+                   ok ? strerror(err) : "no random bytes");
+      goto done;
+    }
+  }
+  st = lm_fail(LM_ERR_IO, "the cache key file %s keeps disappearing", path);
+done:
+  if (st != LM_OK && st != LM_ERR_NOMEM && st != LM_ERR_IO) {
+    char *msg = lm_strdup(lm_last_error());
+    st = lm_fail(st, "%s; remove it (lumen makes a new key and rebuilds what it loads) or %s",
+                 msg ? msg : "the cache key file is unsafe", dir_fix);
+    lm_free(msg);
+  }
+  lm_free(path);
+  lm_free(tmp);
+  return st;
+}
+
+lm_status lm_cc_sealed_write(const lm_cc_secret *secret, const char *path, const void *data,
+                             size_t n) {
+  char *tmp = path_printf("%s.XXXXXX", path);
+  char *buf = lm_malloc(n + SEAL_BYTES);
+  lm_status st = LM_ERR_NOMEM;
+  if (!tmp || !buf) goto done;
+  if (n) memcpy(buf, data, n);
+  seal_head(path, (uint8_t *)buf + n);
+  seal_tag(secret, buf, n + SEAL_BYTES - SEAL_TAG, (uint8_t *)buf + n + SEAL_BYTES - SEAL_TAG);
+  int fd = mkstemp(tmp); /* O_CREAT | O_EXCL, mode 0600 */
+  if (fd < 0) {
+    st = lm_fail(LM_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  int ok = write_all(fd, buf, n + SEAL_BYTES);
+  int err = errno;
+  if (close(fd) != 0 && ok) ok = 0, err = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+  st = LM_OK;
+  if (!ok) {
+    unlink(tmp);
+    st = lm_fail(LM_ERR_IO, "cannot write %s: %s", path, strerror(err));
+  }
+done:
+  lm_free(tmp);
+  lm_free(buf);
+  return st;
+}
+
+lm_status lm_cc_seal_file(const lm_cc_secret *secret, const char *tmp, const char *path) {
+  struct stat sb;
+  int missing;
+  lm_status st;
+  int fd = open_checked(tmp, 0, &sb, &missing, &st); /* the compiler's umask decides its mode */
+  if (fd < 0) {
+    unlink(tmp);
+    return st;
+  }
+  char *data;
+  size_t n;
+  st = read_fd(fd, tmp, &sb, &data, &n);
+  close(fd);
+  if (st == LM_OK) st = lm_cc_sealed_write(secret, path, data, n);
+  lm_free(data);
+  unlink(tmp);
+  return st;
+}
+
+/* Opens, reads and checks a sealed file; on success *fd (if fd) stays open on it. */
+static lm_status sealed_open(const lm_cc_secret *secret, const char *path, int *fd_out,
+                             struct stat *sb, char **data, size_t *n) {
+  if (fd_out) *fd_out = -1;
+  if (data) *data = NULL;
+  int missing;
+  lm_status st;
+  int fd = open_checked(path, 1, sb, &missing, &st);
+  if (fd < 0) return st;
+  char *buf;
+  size_t size;
+  if ((st = read_fd(fd, path, sb, &buf, &size)) != LM_OK) {
+    close(fd);
+    return st;
+  }
+  const char *why = seal_check(secret, path, buf, size);
+  if (why) {
+    close(fd);
+    lm_free(buf);
+    return lm_fail(LM_ERR_CORRUPT, "%s: %s", path, why);
+  }
+  if (fd_out) *fd_out = fd;
+  else close(fd);
+  if (data) {
+    buf[size - SEAL_BYTES] = 0;
+    *data = buf;
+    if (n) *n = size - SEAL_BYTES;
+  } else {
+    lm_free(buf);
+  }
+  return LM_OK;
+}
+
+lm_status lm_cc_sealed_read(const lm_cc_secret *secret, const char *path, char **data, size_t *n) {
+  struct stat sb;
+  return sealed_open(secret, path, NULL, &sb, data, n);
+}
+
+/* ---- choosing the directory ----------------------------------------------------------------- */
+
+/* The /tmp fallback refused in this process, and the private directory used instead. */
+static pthread_mutex_t fallback_mu = PTHREAD_MUTEX_INITIALIZER;
+static char fallback_refused[4096], fallback_used[4096];
+
+/* The environment's choice; *is_fallback when it is /tmp/lumen-cache-<uid>. */
+static void select_dir(char *buf, size_t cap, int *is_fallback) {
+  const char *v;
+  *is_fallback = 0;
+  if ((v = getenv("LUMEN_CACHE_DIR")) && *v)
+    snprintf(buf, cap, "%s", v);
+  else if ((v = getenv("XDG_CACHE_HOME")) && *v == '/') /* XDG: relative paths are invalid */
+    snprintf(buf, cap, "%s/lumen", v);
+  else if ((v = getenv("HOME")) && *v)
+    snprintf(buf, cap, "%s/.cache/lumen", v);
+  else
+    snprintf(buf, cap, "/tmp/lumen-cache-%lu", (unsigned long)getuid()), *is_fallback = 1;
+}
+
 const char *lm_cc_cache_dir(void) {
   static _Thread_local char buf[4096];
-  const char *v;
-  if ((v = getenv("LUMEN_CACHE_DIR")) && *v)
-    snprintf(buf, sizeof buf, "%s", v);
-  else if ((v = getenv("XDG_CACHE_HOME")) && *v == '/') /* XDG: relative paths are invalid */
-    snprintf(buf, sizeof buf, "%s/lumen", v);
-  else if ((v = getenv("HOME")) && *v)
-    snprintf(buf, sizeof buf, "%s/.cache/lumen", v);
-  else
-    snprintf(buf, sizeof buf, "/tmp/lumen-cache-%lu", (unsigned long)getuid());
+  int is_fallback;
+  select_dir(buf, sizeof buf, &is_fallback);
+  if (is_fallback) {
+    pthread_mutex_lock(&fallback_mu);
+    if (fallback_used[0] && !strcmp(buf, fallback_refused))
+      snprintf(buf, sizeof buf, "%s", fallback_used);
+    pthread_mutex_unlock(&fallback_mu);
+  }
   return buf;
+}
+
+lm_status lm_cc_cache_open_dir(char **out, lm_cc_secret *secret) {
+  *out = NULL;
+  char want[4096], cwd[4096];
+  int is_fallback;
+  select_dir(want, sizeof want, &is_fallback);
+  char *dir = want[0] != '/' && getcwd(cwd, sizeof cwd) ? path_printf("%s/%s", cwd, want)
+                                                         : lm_strdup(want);
+  if (!dir) return lm_fail(LM_ERR_NOMEM, "out of memory");
+  if (is_fallback) { /* a substitute chosen earlier in this process stays chosen */
+    pthread_mutex_lock(&fallback_mu);
+    if (fallback_used[0] && !strcmp(dir, fallback_refused)) {
+      lm_free(dir);
+      dir = lm_strdup(fallback_used);
+    }
+    pthread_mutex_unlock(&fallback_mu);
+    if (!dir) return lm_fail(LM_ERR_NOMEM, "out of memory");
+  }
+  lm_status st = lm_cc_dir_make(dir);
+  if (st == LM_OK) st = secret_get(dir, secret);
+  if (st != LM_OK && st != LM_ERR_NOMEM && is_fallback && !strcmp(dir, want)) {
+    /* Anyone may create /tmp/lumen-cache-<uid> first: leave theirs alone, use a fresh one. */
+    char why[600];
+    snprintf(why, sizeof why, "%s", lm_last_error());
+    char *sub = path_printf("%s-XXXXXX", want);
+    if (!sub) {
+      lm_free(dir);
+      return LM_ERR_NOMEM;
+    }
+    if (!mkdtemp(sub)) {
+      st = lm_fail(LM_ERR_IO, "%s; and cannot create a private substitute %s: %s", why, sub,
+                   strerror(errno));
+      lm_free(sub);
+    } else {
+      lm_free(dir);
+      dir = sub;
+      st = dir_check(dir);
+      if (st == LM_OK) st = secret_get(dir, secret);
+      if (st == LM_OK) {
+        pthread_mutex_lock(&fallback_mu);
+        snprintf(fallback_refused, sizeof fallback_refused, "%s", want);
+        snprintf(fallback_used, sizeof fallback_used, "%s", dir);
+        pthread_mutex_unlock(&fallback_mu);
+        notice("lumen: not using the kernel cache %s (%s); this process caches in %s", want, why,
+               dir);
+      }
+    }
+  }
+  if (st != LM_OK) {
+    lm_free(dir);
+    return st;
+  }
+  *out = dir;
+  return LM_OK;
 }
 
 /* ---- host identity: -march=native code must not be reused on another CPU ------------------- */
@@ -543,10 +1003,25 @@ struct lm_cc {
   char *cache_dir;
   double timeout_s;
   uint64_t ident[2]; /* hash state after the identity, one per half of the key */
+  lm_cc_secret secret;
 };
 
-struct lm_cc_lib {
+/* One loaded object, shared by every lm_cc_lib of the same inode. `fd` is the descriptor it was
+ * checked and loaded through ("/proc/self/fd/<fd>" is its name in the loader). */
+typedef struct loaded_obj {
+  struct loaded_obj *next;
+  dev_t dev;
+  ino_t ino;
   void *handle;
+  int fd;
+  int refs;
+} loaded_obj;
+
+static pthread_mutex_t loaded_mu = PTHREAD_MUTEX_INITIALIZER;
+static loaded_obj *loaded_list;
+
+struct lm_cc_lib {
+  loaded_obj *obj;
   char *path;
 };
 
@@ -579,14 +1054,7 @@ lm_status lm_cc_open(lm_cc **out) {
   lm_cc *cc = lm_calloc(1, sizeof *cc);
   if (!cc) return LM_ERR_NOMEM;
   cc->timeout_s = timeout_s;
-  const char *dir = lm_cc_cache_dir();
-  char cwd[4096];
-  if (dir[0] != '/' && getcwd(cwd, sizeof cwd)) /* kernels are dlopened by absolute path */
-    cc->cache_dir = path_printf("%s/%s", cwd, dir);
-  else
-    cc->cache_dir = lm_strdup(dir);
-  if (!cc->cache_dir) goto nomem;
-  lm_status st = make_dirs(cc->cache_dir);
+  lm_status st = lm_cc_cache_open_dir(&cc->cache_dir, &cc->secret);
   if (st != LM_OK) {
     lm_cc_close(cc);
     return st;
@@ -664,22 +1132,54 @@ nomem:
 
 /* ---- building ------------------------------------------------------------------------------- */
 
-static lm_status lib_open(const char *path, lm_cc_lib **out) {
+lm_status lm_cc_lib_load(const lm_cc_secret *secret, const char *path, lm_cc_lib **out) {
+  *out = NULL;
+  struct stat sb;
+  int fd;
+  lm_status st = sealed_open(secret, path, &fd, &sb, NULL, NULL);
+  if (st != LM_OK) return st;
   lm_cc_lib *lib = lm_calloc(1, sizeof *lib);
-  char *p = lm_strdup(path);
-  if (!lib || !p) {
+  if (!lib || !(lib->path = lm_strdup(path))) {
     lm_free(lib);
-    lm_free(p);
-    return LM_ERR_NOMEM;
+    close(fd);
+    return lm_fail(LM_ERR_NOMEM, "out of memory loading %s", path);
   }
-  lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!lib->handle) {
-    lm_status st = lm_fail(LM_ERR_COMPILE, "cannot load %s: %s", path, dlerror());
+  pthread_mutex_lock(&loaded_mu);
+  loaded_obj *o = loaded_list;
+  while (o && !(o->dev == sb.st_dev && o->ino == sb.st_ino)) o = o->next;
+  if (o) { /* this very file is loaded already: share it, as dlopen of one path would */
+    o->refs++;
+    close(fd);
+  } else if ((o = lm_calloc(1, sizeof *o))) {
+    char name[64];
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    dlerror();
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    struct stat now;
+    if (!h && access("/proc/self/fd", X_OK) != 0 && stat(path, &now) == 0 &&
+        now.st_dev == sb.st_dev && now.st_ino == sb.st_ino) /* no /proc: by path, rechecked */
+      h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char *e = dlerror();
+      st = lm_fail(LM_ERR_CORRUPT, "cannot load %s: %s", path, e ? e : "dlopen failed");
+      lm_free(o);
+      o = NULL;
+      close(fd);
+    } else {
+      *o = (loaded_obj){loaded_list, sb.st_dev, sb.st_ino, h, fd, 1};
+      loaded_list = o;
+    }
+  } else {
+    close(fd);
+    st = lm_fail(LM_ERR_NOMEM, "out of memory loading %s", path);
+  }
+  pthread_mutex_unlock(&loaded_mu);
+  if (!o) {
+    lm_free(lib->path);
     lm_free(lib);
-    lm_free(p);
     return st;
   }
-  lib->path = p;
+  lib->obj = o;
   *out = lib;
   return LM_OK;
 }
@@ -702,9 +1202,11 @@ lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out) {
   lm_status st = LM_ERR_NOMEM;
   if (!so || !src || !log || !tmp_so || !tmp_log) goto done;
 
-  /* Cache hit: the .so is only ever renamed into place whole. If it exists but does not load
-   * (say, damaged by hand), rebuild it. */
-  if (access(so, R_OK) == 0 && (st = lib_open(so, out)) == LM_OK) goto done;
+  /* Cache hit: the .so is only ever renamed into place whole, sealed. If it is there but fails
+   * the seal or does not load (planted, truncated, damaged by hand), rebuild it. */
+  char why[700] = "";
+  if ((st = lm_cc_lib_load(&cc->secret, so, out)) == LM_OK || st == LM_ERR_NOMEM) goto done;
+  if (st == LM_ERR_CORRUPT) snprintf(why, sizeof why, "%s", lm_last_error());
 
   /* The kept source ends with a comment saying how it was built (at the end, so line numbers in
    * compiler messages match the generated text). */
@@ -755,12 +1257,15 @@ lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out) {
     goto done;
   }
   unlink(tmp_log);
-  if (rename(tmp_so, so) != 0) {
-    st = lm_fail(LM_ERR_IO, "cannot rename %s to %s: %s", tmp_so, so, strerror(errno));
-    unlink(tmp_so);
+  if ((st = lm_cc_seal_file(&cc->secret, tmp_so, so)) != LM_OK) goto done;
+  if ((st = lm_cc_lib_load(&cc->secret, so, out)) != LM_OK) {
+    if (st == LM_ERR_CORRUPT) st = LM_ERR_COMPILE; /* fresh from the compiler, yet it does not load */
     goto done;
   }
-  st = lib_open(so, out);
+  if (why[0]) {
+    atomic_fetch_add(&rebuild_count, 1);
+    notice("lumen: rebuilt the cached kernel %s: %s", so, why);
+  }
 done:
   lm_free(so);
   lm_free(src);
@@ -776,7 +1281,7 @@ void *lm_cc_sym(lm_cc_lib *lib, const char *name) {
     return NULL;
   }
   dlerror();
-  void *p = dlsym(lib->handle, name);
+  void *p = dlsym(lib->obj->handle, name);
   if (!p) lm_fail(LM_ERR_INVALID, "symbol '%s' not found in %s", name, lib->path);
   return p;
 }
@@ -785,7 +1290,25 @@ const char *lm_cc_lib_path(const lm_cc_lib *lib) { return lib ? lib->path : ""; 
 
 void lm_cc_lib_close(lm_cc_lib *lib) {
   if (!lib) return;
-  dlclose(lib->handle);
+  pthread_mutex_lock(&loaded_mu);
+  loaded_obj *o = lib->obj;
+  if (--o->refs == 0) {
+    loaded_obj **pp = &loaded_list;
+    while (*pp != o) pp = &(*pp)->next;
+    *pp = o->next;
+    dlclose(o->handle);
+    /* If the loader keeps the object anyway, keep its descriptor too: closed, the number (and so
+     * the name the loader knows the object by) could come to mean another file. */
+    char name[64];
+    snprintf(name, sizeof name, "/proc/self/fd/%d", o->fd);
+    void *still = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (still)
+      dlclose(still);
+    else
+      close(o->fd);
+    lm_free(o);
+  }
+  pthread_mutex_unlock(&loaded_mu);
   lm_free(lib->path);
   lm_free(lib);
 }

@@ -206,21 +206,6 @@ static lm_status scan_kernels(const char *src, msl_info *info, char *why, size_t
 
 /* ---------------------------------------------------------------- running the compiler */
 
-static lm_status make_dirs(const char *dir) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s", dir);
-  for (char *s = path + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;
-    if (mkdir(path, 0700) != 0 && errno != EEXIST)
-      return lm_fail(LM_ERR_IO, "msl: cannot create %s: %s", path, strerror(errno));
-    *s = c;
-    if (!c) break;
-  }
-  return LM_OK;
-}
-
 static lm_status write_file(const char *path, const char *text) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
@@ -309,8 +294,9 @@ typedef struct cxx {
   char *words[16]; /* the command, NULL-terminated */
   int nwords;
   char version[256]; /* first line of --version */
-  char dir[4096];    /* the cache folder */
+  char dir[4096];    /* the cache folder: <trusted lumen cache>/msl (cc.h) */
   char shim_dir[4200];
+  lm_cc_secret secret; /* the cache's key: the shim libraries are sealed with it */
   double timeout_s;
   lm_status st;
   char why[2048];
@@ -370,15 +356,37 @@ static int probe(cxx *c, lm_sb *tried) {
   return 1;
 }
 
+/* The shim header on disk is used only if it is ours (lm_cc_file_open's checks) and holds exactly
+ * lm_msl_shim_text; anything else is rewritten. */
+static int shim_is_intact(const char *path) {
+  int fd;
+  if (lm_cc_file_open(path, &fd) != LM_OK || fd < 0) return 0;
+  size_t n = strlen(lm_msl_shim_text), got = 0;
+  char *buf = lm_malloc(n + 1);
+  while (buf && got <= n) {
+    ssize_t k = read(fd, buf + got, n + 1 - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  close(fd);
+  int same = buf && got == n && !memcmp(buf, lm_msl_shim_text, n);
+  lm_free(buf);
+  return same;
+}
+
 static void cxx_init(cxx *c) {
   c->timeout_s = 120;
   const char *tv = getenv("LUMEN_CC_TIMEOUT");
   if (tv && atof(tv) > 0) c->timeout_s = atof(tv);
-  const char *dir = lm_cc_cache_dir();
-  char cwd[2048];
-  if (dir[0] != '/' && getcwd(cwd, sizeof cwd)) snprintf(c->dir, sizeof c->dir, "%s/%s/msl", cwd, dir);
-  else snprintf(c->dir, sizeof c->dir, "%s/msl", dir);
-  if ((c->st = make_dirs(c->dir)) != LM_OK) {
+  char *dir = NULL;
+  if ((c->st = lm_cc_cache_open_dir(&dir, &c->secret)) != LM_OK) {
+    snprintf(c->why, sizeof c->why, "%s", lm_last_error());
+    return;
+  }
+  snprintf(c->dir, sizeof c->dir, "%s/msl", dir);
+  lm_free(dir);
+  if ((c->st = lm_cc_dir_make(c->dir)) != LM_OK) {
     snprintf(c->why, sizeof c->why, "%s", lm_last_error());
     return;
   }
@@ -387,8 +395,8 @@ static void cxx_init(cxx *c) {
   snprintf(c->shim_dir, sizeof c->shim_dir, "%s/shim-%016llx", c->dir, (unsigned long long)h);
   char shim_path[4300];
   snprintf(shim_path, sizeof shim_path, "%s/metal_stdlib", c->shim_dir);
-  if ((c->st = make_dirs(c->shim_dir)) != LM_OK ||
-      (access(shim_path, R_OK) != 0 && (c->st = write_file(shim_path, lm_msl_shim_text)) != LM_OK)) {
+  if ((c->st = lm_cc_dir_make(c->shim_dir)) != LM_OK ||
+      (!shim_is_intact(shim_path) && (c->st = write_file(shim_path, lm_msl_shim_text)) != LM_OK)) {
     snprintf(c->why, sizeof c->why, "%s", lm_last_error());
     return;
   }
@@ -427,14 +435,14 @@ static const cxx *cxx_get(void) {
 typedef void (*launch_fn)(void *const *slots, long start, long end);
 
 typedef struct msl_so {
-  void *handle;
+  lm_cc_lib *lib; /* loaded with lm_cc_lib_load: sealed, checked on the inode it maps */
   msl_info info;
   launch_fn *fn; /* per info.k */
 } msl_so;
 
 static void so_free(msl_so *so) {
   if (!so) return;
-  if (so->handle) dlclose(so->handle);
+  lm_cc_lib_close(so->lib);
   lm_free(so->info.k);
   lm_free(so->fn);
   lm_free(so);
@@ -497,7 +505,7 @@ static lm_status build(const char *msl, int load, msl_so **out, char *log, size_
   snprintf(logp, sizeof logp, "%s.log", base);
   snprintf(tmp_lib, sizeof tmp_lib, "%s.so.%ld", base, (long)getpid());
   double t0 = now_s();
-  int cached = access(lib, R_OK) == 0;
+  int cached = lm_cc_sealed_read(&c->secret, lib, NULL, NULL) == LM_OK; /* else (re)built */
   if (!cached) {
     if ((st = write_file(src, text)) != LM_OK) goto fail;
     char inc[4300];
@@ -531,23 +539,23 @@ static lm_status build(const char *msl, int load, msl_so **out, char *log, size_
       goto fail;
     }
     unlink(tmp_log);
-    if (rename(tmp_lib, lib) != 0) {
-      st = lm_fail(LM_ERR_IO, "msl: cannot rename %s: %s", tmp_lib, strerror(errno));
-      unlink(tmp_lib);
-      goto fail;
-    }
+    if ((st = lm_cc_seal_file(&c->secret, tmp_lib, lib)) != LM_OK) goto fail;
   }
   if (load) {
-    so->handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    so->fn = lm_calloc(so->info.n + 1, sizeof *so->fn);
-    if (!so->handle || !so->fn) {
-      st = so->fn ? lm_fail(LM_ERR_COMPILE, "msl: cannot load %s: %s", lib, dlerror()) : LM_ERR_NOMEM;
+    if ((st = lm_cc_lib_load(&c->secret, lib, &so->lib)) != LM_OK) {
+      char load_why[1024];
+      snprintf(load_why, sizeof load_why, "%s", lm_last_error());
+      if (st != LM_ERR_NOMEM) st = lm_fail(LM_ERR_COMPILE, "msl: cannot load %s: %s", lib, load_why);
+      goto fail;
+    }
+    if (!(so->fn = lm_calloc(so->info.n + 1, sizeof *so->fn))) {
+      st = LM_ERR_NOMEM;
       goto fail;
     }
     for (size_t i = 0; i < so->info.n; i++) {
       char sym[96];
       snprintf(sym, sizeof sym, "lm_msl_launch_%s", so->info.k[i].name);
-      void *p = dlsym(so->handle, sym);
+      void *p = lm_cc_sym(so->lib, sym);
       if (!p) {
         st = lm_fail(LM_ERR_COMPILE, "msl: %s lacks %s", lib, sym);
         goto fail;
@@ -832,7 +840,7 @@ static lm_status shim_library_new(void *dev, const char *msl, const char *const 
   so->fn = fn;
   so->info.k = k;
   so->info.n = so->info.cap = n;
-  void *hook = dlsym(so->handle, "lm_msl_barrier_hook");
+  void *hook = lm_cc_sym(so->lib, "lm_msl_barrier_hook");
   void (*wait)(void) = barrier_wait;
   if (hook) memcpy(hook, &wait, sizeof wait);
   *lib = so;

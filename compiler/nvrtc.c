@@ -4,6 +4,7 @@
 #include "nvrtc.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,16 +151,32 @@ int lm_nvrtc_supports(const lm_nvrtc *nv, int sm) {
 void lm_keep_compile_failure(const char *tool, const char *what, const char *target, const char *log,
                              const char *source, char *path, size_t cap) {
   uint64_t h = lm_hash_bytes(source, strlen(source), lm_hash_bytes(target, strlen(target), 0));
-  const char *dirs[2] = {lm_cc_cache_dir(), "/tmp"};
-  for (int i = 0; i < 2; i++) {
-    mkdir(dirs[i], 0700);
-    snprintf(path, cap, "%s/%s-%016llx.txt", dirs[i], tool, (unsigned long long)h);
-    FILE *f = fopen(path, "w");
-    if (!f) continue;
+  /* the trusted cache directory, else a fresh file in /tmp (O_EXCL: never another user's file) */
+  char *dir = NULL;
+  lm_cc_secret unused;
+  if (lm_cc_cache_open_dir(&dir, &unused) != LM_OK) dir = NULL;
+  for (int i = dir ? 0 : 1; i < 2; i++) {
+    int fd;
+    if (i == 0) {
+      snprintf(path, cap, "%s/%s-%016llx.txt", dir, tool, (unsigned long long)h);
+      fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    } else {
+      snprintf(path, cap, "/tmp/%s-%016llx-XXXXXX", tool, (unsigned long long)h);
+      fd = mkstemp(path);
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+      if (fd >= 0) close(fd);
+      continue;
+    }
     fprintf(f, "%s: compiling %s for %s failed\n\n---- log ----\n%s\n---- source ----\n%s", tool, what, target,
             log ? log : "", source);
-    if (fclose(f) == 0) return;
+    if (fclose(f) == 0) {
+      lm_free(dir);
+      return;
+    }
   }
+  lm_free(dir);
   snprintf(path, cap, "(no file could be written)");
 }
 
@@ -171,56 +188,19 @@ static lm_status nv_check(nvrtc_result r, const char *call, const char *what) {
 #define NV(call, what) nv_check((call), #call, (what))
 
 /* ---- the CUBIN cache: <lumen cache dir>/nvrtc/<key>.cubin and .log, where key is a 128-bit hash
- * of (source, architecture, options, NVRTC identity); LUMEN_NVRTC_CACHE=0 turns it off */
+ * of (source, architecture, options, NVRTC identity); LUMEN_NVRTC_CACHE=0 turns it off. Only the
+ * trusted cache directory is used, and both files are sealed with its key (cc.h): a CUBIN that is
+ * missing, fails its seal or is not ours is compiled again and rewritten. */
 
-static int make_dirs(const char *path) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      mkdir(buf, 0700);
-      *p = '/';
-    }
-  return mkdir(buf, 0700) == 0 || access(buf, W_OK) == 0;
-}
-
-static int cache_path(const char *key, const char *ext, char *buf, size_t cap) {
+/* The cache folder (and its key), or 0 when the cache is off or cannot be trusted. */
+static int cache_dir(char *buf, size_t cap, lm_cc_secret *secret) {
   const char *v = getenv("LUMEN_NVRTC_CACHE");
   if (v && !strcmp(v, "0")) return 0;
-  int n = snprintf(buf, cap, "%s/nvrtc", lm_cc_cache_dir());
-  if (n <= 0 || (size_t)n >= cap || !make_dirs(buf)) return 0;
-  n = snprintf(buf, cap, "%s/nvrtc/%s.%s", lm_cc_cache_dir(), key, ext);
-  return n > 0 && (size_t)n < cap;
-}
-
-/* The whole file, NUL-terminated, or NULL. */
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *data = NULL;
-  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (data = lm_malloc((size_t)n + 1))) {
-    if (fread(data, 1, (size_t)n, f) != (size_t)n) {
-      lm_free(data);
-      data = NULL;
-    } else {
-      data[n] = 0;
-      *size = (size_t)n;
-    }
-  }
-  fclose(f);
-  return data;
-}
-
-/* Written under a temporary name and renamed: readers see the whole file or none. */
-static void spill(const char *path, const void *data, size_t size) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return;
-  int ok = fwrite(data, 1, size, f) == size;
-  if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) unlink(tmp);
+  char *dir = NULL;
+  if (lm_cc_cache_open_dir(&dir, secret) != LM_OK) return 0;
+  int n = snprintf(buf, cap, "%s/nvrtc", dir);
+  lm_free(dir);
+  return n > 0 && (size_t)n < cap && lm_cc_dir_make(buf) == LM_OK;
 }
 
 lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, const char *arch, lm_cubin *out) {
@@ -236,15 +216,25 @@ lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, c
   }
   h0 = lm_hash_bytes(source, strlen(source), h0);
   h1 = lm_hash_bytes(source, strlen(source), h1);
-  char key[40], cubin_path[4200], log_path[4200];
-  snprintf(key, sizeof key, "%016llx%016llx", (unsigned long long)h0, (unsigned long long)h1);
-  int cached = cache_path(key, "cubin", cubin_path, sizeof cubin_path) && cache_path(key, "log", log_path, sizeof log_path);
+  char dir[4096], cubin_path[4200], log_path[4200];
+  lm_cc_secret secret;
+  int cached = cache_dir(dir, sizeof dir, &secret);
   if (cached) {
+    snprintf(cubin_path, sizeof cubin_path, "%s/%016llx%016llx.cubin", dir, (unsigned long long)h0,
+             (unsigned long long)h1);
+    snprintf(log_path, sizeof log_path, "%s/%016llx%016llx.log", dir, (unsigned long long)h0,
+             (unsigned long long)h1);
     size_t log_size = 0;
-    out->data = slurp(cubin_path, &out->size);
-    out->log = out->data ? slurp(log_path, &log_size) : NULL;
-    if (out->data && out->log) return LM_OK;
-    lm_cubin_free(out);
+    char *data = NULL, *log = NULL;
+    if (lm_cc_sealed_read(&secret, cubin_path, &data, &out->size) == LM_OK &&
+        lm_cc_sealed_read(&secret, log_path, &log, &log_size) == LM_OK) {
+      out->data = data;
+      out->log = log;
+      return LM_OK;
+    }
+    lm_free(data);
+    lm_free(log);
+    memset(out, 0, sizeof *out);
   }
   nvrtc_program prog = NULL;
   lm_status st = NV(api.CreateProgram(&prog, source, what, 0, NULL, NULL), what);
@@ -268,9 +258,9 @@ lm_status lm_nvrtc_compile(lm_nvrtc *nv, const char *source, const char *what, c
   st = LM_ERR_NOMEM;
   if (!(out->data = lm_malloc(out->size ? out->size : 1))) goto done;
   st = NV(api.GetCUBIN(prog, out->data), what);
-  if (st == LM_OK && cached) {
-    spill(log_path, out->log, strlen(out->log));
-    spill(cubin_path, out->data, out->size);
+  if (st == LM_OK && cached) { /* the log first: a reader needs both, and checks both */
+    lm_cc_sealed_write(&secret, log_path, out->log, strlen(out->log));
+    lm_cc_sealed_write(&secret, cubin_path, out->data, out->size);
   }
 done:
   api.DestroyProgram(&prog);

@@ -2,13 +2,17 @@
  * decision ("<key> <check> <value>", key and check in hex, the check a hash of key and value),
  * later lines winning. Loading skips malformed or corrupt lines; saving re-reads the file (other
  * processes may have added lines), merges this session's entries, writes a temporary file and
- * renames it over the old one, so readers never see a half-written cache. */
+ * renames it over the old one, so readers never see a half-written cache. The file is read only
+ * from a trusted folder and only if it is ours and not group/world writable (cc.h's rules: a
+ * tuning cache another user can write could steer the search); an untrusted one is not read,
+ * and skc_load fails, so the caller runs without a cache. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cc.h"
 #include "search/search-impl.h"
 
 static uint32_t check_of(uint64_t key, const char *v) { return (uint32_t)lm_hash_bytes(v, strlen(v), key ^ 0xC0FFEEull); }
@@ -38,12 +42,22 @@ static int put_entry(sk_cache *c, uint64_t key, const char *value, int fresh) {
 
 /* Parses a file's lines into c (fresh = 0). */
 static lm_status parse_file(sk_cache *c, const char *path, size_t *skipped) {
-  FILE *f = fopen(path, "r");
-  if (!f) return errno == ENOENT ? LM_OK : lm_fail(LM_ERR_IO, "search cache %s: %s", path, strerror(errno));
+  int fd;
+  lm_status st = lm_cc_file_open(path, &fd);
+  if (st != LM_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", lm_last_error());
+    return lm_fail(st, "search cache not read: %s", why);
+  }
+  if (fd < 0) return LM_OK; /* no cache yet */
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return lm_fail(LM_ERR_IO, "search cache %s: %s", path, strerror(errno));
+  }
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  lm_status st = LM_OK;
   while ((len = getline(&line, &cap, f)) >= 0) {
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
     if (len == 0 || line[0] == '#') continue;
@@ -79,7 +93,16 @@ static lm_status parse_file(sk_cache *c, const char *path, size_t *skipped) {
 lm_status skc_load(sk_cache *c, const char *path) {
   memset(c, 0, sizeof *c);
   if (!(c->path = lm_strdup(path))) return LM_ERR_NOMEM;
-  return parse_file(c, path, &c->skipped);
+  char *slash = strrchr(c->path, '/');
+  lm_status st = LM_OK;
+  if (slash && slash != c->path) { /* its folder: created private, or checked */
+    *slash = 0;
+    st = lm_cc_dir_make(c->path);
+    *slash = '/';
+  }
+  if (st == LM_OK) st = parse_file(c, path, &c->skipped);
+  if (st != LM_OK) skc_free(c); /* no cache: nothing read, nothing saved */
+  return st;
 }
 
 const char *skc_get(const sk_cache *c, uint64_t key) {
@@ -102,8 +125,10 @@ lm_status skc_save(sk_cache *c) {
   for (size_t i = c->n - c->fresh; i < c->n && st == LM_OK; i++)
     if (!put_entry(&disk, c->e[i].key, c->e[i].value, 0)) st = LM_ERR_NOMEM;
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", c->path, (long)getpid());
-  FILE *f = st == LM_OK ? fopen(tmp, "w") : NULL;
+  snprintf(tmp, sizeof tmp, "%s.XXXXXX", c->path);
+  int fd = st == LM_OK ? mkstemp(tmp) : -1; /* O_EXCL, mode 0600 */
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (fd >= 0 && !f) close(fd), remove(tmp);
   if (st == LM_OK && !f) st = lm_fail(LM_ERR_IO, "search cache %s: %s", tmp, strerror(errno));
   if (f) {
     fprintf(f, "# lumen search tuning cache (%s): key check value\n", LM_SEARCH_VERSION);
