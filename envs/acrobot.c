@@ -126,8 +126,14 @@ static void ref_dsdt(const double *s, double *d) {
   d[4] = 0.0;
 }
 
+/* Gymnasium's wrap: its loops subtract or add the period one turn at a time. Past four turns
+ * (no step from a state Gymnasium reaches goes there) fmod brings x to within one turn first, so
+ * huge angles take constant time; an infinity gives NaN (Gymnasium's loop never ends). The
+ * loops then run as Gymnasium's, so every value it meets wraps to the same double. */
 static double ref_wrap(double x, double m, double M) {
   double diff = M - m;
+  if (isinf(x)) return NAN;
+  if (x > M + 4 * diff || x < m - 4 * diff) x = m + fmod(x - m, diff);
   while (x > M) x = x - diff;
   while (x < m) x = x + diff;
   return x;

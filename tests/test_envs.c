@@ -765,6 +765,44 @@ Test(draw, every_env_draws_a_nonempty_finite_list_that_changes_with_the_state) {
   }
 }
 
+/* Acrobot wraps its angles as Gymnasium does (a turn at a time), in constant time: a state with
+ * angles of 1e17 or 3.4e38 steps at once to angles in [-pi, pi]; an infinity or NaN gives NaN
+ * (Gymnasium's loop never ends on an infinity); angles a few turns out agree with the loop. */
+Test(acrobot, huge_and_non_finite_angles_wrap_in_constant_time, .timeout = LM_TIMEOUT(20)) {
+  const lm_env_spec *e = lm_env_find("acrobot");
+  cr_assert(e, "%s", lm_last_error());
+  const double huge[] = {1e10, -1e10, 1e17, -1e17, 3.4e38, -3.4e38};
+  for (size_t i = 0; i < sizeof huge / sizeof *huge; i++)
+    for (int which = 0; which < 2; which++) {
+      float s[LM_ENV_MAX_STATE] = {0}, act[1] = {1};
+      s[which] = (float)huge[i];
+      int t;
+      e->ref_step(s, act, &t);
+      cr_assert(s[which] >= -(float)M_PI && s[which] <= (float)M_PI, "theta%d = %g wrapped to %g", which + 1, huge[i],
+                (double)s[which]);
+    }
+  const float bad[] = {INFINITY, -INFINITY, NAN};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    float s[LM_ENV_MAX_STATE] = {0}, act[1] = {1};
+    s[0] = bad[i];
+    int t;
+    e->ref_step(s, act, &t);
+    cr_assert(isnan(s[0]), "theta1 = %g stepped to %g, not NaN", (double)bad[i], (double)s[0]);
+  }
+  /* a few to a thousand turns out: stepping from x is stepping from x wrapped by Gymnasium's loop */
+  for (double x = -1000; x <= 1000; x += 7.31) {
+    double y = (double)(float)x, diff = 2 * M_PI;
+    while (y > M_PI) y -= diff;
+    while (y < -M_PI) y += diff;
+    float s[LM_ENV_MAX_STATE] = {(float)x, 0, 0, 0}, z[LM_ENV_MAX_STATE] = {(float)y, 0, 0, 0}, act[1] = {1};
+    int t;
+    e->ref_step(s, act, &t);
+    e->ref_step(z, act, &t);
+    cr_assert(fabs(remainder((double)s[0] - (double)z[0], diff)) < 1e-3 && s[0] >= -(float)M_PI && s[0] <= (float)M_PI,
+              "theta1 = %g stepped to %g, from its wrapped %g to %g", x, (double)s[0], y, (double)z[0]);
+  }
+}
+
 /* ================================================================ the rltrain CLI */
 
 /* Runs the built rltrain with args (stderr folded into stdout); returns its exit status. */
