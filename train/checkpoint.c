@@ -1,17 +1,23 @@
 /* train/checkpoint.c — checkpoint files: a versioned header with the env, the config and
  * the counters as text, then named float arrays (weights, optimiser state, env state and
- * episode counters), then an FNV-1a checksum of everything before it. Written to a temp
- * file and renamed, so a crash never leaves a half-written checkpoint. */
+ * episode counters), then an FNV-1a checksum of everything before it: a check against
+ * corruption and truncation, not a signature (anyone can recompute it), so every field read is
+ * range-checked as if the file were crafted. Written to a temp file and renamed, so a crash
+ * never leaves a half-written checkpoint. */
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compiler/core.h"
 #include "lumen/train.h"
 
 enum { CKPT_VERSION = 1, MAX_ARRAYS = 128 };
+#define CKPT_MAX_BYTES ((uint64_t)1 << 34) /* 16 GiB: four 4096-wide layers with Adam fit many times over */
 static const char magic[8] = {'L', 'U', 'M', 'E', 'N', 'C', 'K', 'P'};
 
 /* Internal access the trainer grants the checkpoint code. */
@@ -129,21 +135,51 @@ static int take(reader *r, void *dst, size_t n) {
   return 1;
 }
 
+/* Reads a whole checkpoint, trusting nothing about the path: it must be a regular file (not a
+ * FIFO, a device such as /dev/zero, or a directory), start with the magic (checked before the
+ * rest is read) and be at most CKPT_MAX_BYTES; the read stops at the size fstat gave. */
 static lm_status slurp(const char *path, unsigned char **data, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return lm_fail(LM_ERR_IO, "checkpoint: cannot open %s: %s", path, strerror(errno));
-  lm_sb b = {0};
-  unsigned char chunk[65536];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) put(&b, chunk, got);
-  int err = ferror(f);
-  fclose(f);
-  if (err || b.failed) {
-    lm_sb_free(&b);
-    return lm_fail(LM_ERR_IO, "checkpoint: cannot read %s", path);
+  if (!path || !*path) return lm_fail(LM_ERR_INVALID, "checkpoint: an empty path");
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return lm_fail(LM_ERR_IO, "checkpoint: cannot open %s: %s", path, strerror(errno));
+  struct stat sb;
+  lm_status st = LM_OK;
+  unsigned char *buf = NULL;
+  if (fstat(fd, &sb) != 0) st = lm_fail(LM_ERR_IO, "checkpoint: cannot stat %s: %s", path, strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: not a lumen checkpoint (not a regular file)", path);
+  else if (sb.st_size < (off_t)(8 + 4 + 4 + 4 + 8))
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: not a lumen checkpoint (%lld bytes)", path, (long long)sb.st_size);
+  else if ((uint64_t)sb.st_size > CKPT_MAX_BYTES)
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: %lld bytes, over the limit of %llu", path, (long long)sb.st_size,
+                 (unsigned long long)CKPT_MAX_BYTES);
+  if (st != LM_OK) goto done;
+  size_t n = (size_t)sb.st_size, got = 0;
+  char m[8];
+  ssize_t r = pread(fd, m, sizeof m, 0);
+  if (r != (ssize_t)sizeof m || memcmp(m, magic, sizeof m)) {
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: not a lumen checkpoint", path);
+    goto done;
   }
-  *data = (unsigned char *)b.s;
-  *len = b.len;
+  if (!(buf = lm_malloc(n))) {
+    st = LM_ERR_NOMEM;
+    goto done;
+  }
+  while (got < n) { /* at most n bytes, and an end of file or an error stops it */
+    r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (got != n) st = lm_fail(LM_ERR_IO, "checkpoint %s: read %zu of %zu bytes", path, got, n);
+done:
+  close(fd);
+  if (st != LM_OK) {
+    lm_free(buf);
+    return st;
+  }
+  *data = buf;
+  *len = n;
   return LM_OK;
 }
 
@@ -187,20 +223,59 @@ static const char *field(const char *head, const char *key, char *buf, size_t ca
   return NULL;
 }
 
-static int parse_config(const char *head, lm_ppo_config *c) {
+/* A whole decimal integer in [lo, hi] (no sign unless lo < 0, no fraction, no hex, no junk). */
+static int int_of(const char *v, long long lo, long long hi, long long *out) {
+  char *end;
+  if (!*v || (*v == '-' ? lo >= 0 : !(*v >= '0' && *v <= '9'))) return 0;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end || x < lo || x > hi) return 0;
+  *out = x;
+  return 1;
+}
+
+static int u64_of(const char *v, uint64_t *out) {
+  char *end;
+  if (!(*v >= '0' && *v <= '9')) return 0;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || *end) return 0;
+  *out = x;
+  return 1;
+}
+
+static int real_of(const char *v, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (!*v || errno || *end || !isfinite(x)) return 0;
+  *out = x;
+  return 1;
+}
+
+/* The config in a header: every field present and well formed (a field that is not says which);
+ * the ranges are lm_ppo_config_check's. */
+static lm_status parse_config(const char *path, const char *head, lm_ppo_config *c) {
   char v[256];
+  long long i;
+  double d;
   *c = lm_ppo_defaults(NULL);
+#define NEED(key)                                                                                                      \
+  if (!field(head, key, v, sizeof v)) return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks %s", path, key)
+#define BAD(key) return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: %s = '%s' is not valid", path, key, v)
 #define GETI(key, dst)                                                                                                 \
-  if (!field(head, key, v, sizeof v)) return 0;                                                                        \
-  dst = strtoll(v, NULL, 10)
+  NEED(key);                                                                                                           \
+  if (!int_of(v, -((long long)1 << 62), (long long)1 << 62, &i)) BAD(key);                                           \
+  dst = i
 #define GETF(key, dst)                                                                                                 \
-  if (!field(head, key, v, sizeof v)) return 0;                                                                        \
-  dst = strtof(v, NULL)
+  NEED(key);                                                                                                           \
+  if (!real_of(v, &d)) BAD(key);                                                                                       \
+  dst = (float)d
   GETI("envs", c->n_envs);
   GETI("steps", c->horizon);
   GETI("total_steps", c->total_steps);
-  if (!field(head, "seed", v, sizeof v)) return 0;
-  c->seed = strtoull(v, NULL, 10);
+  NEED("seed");
+  if (!u64_of(v, &c->seed)) BAD("seed");
   GETF("lr", c->lr);
   GETI("anneal_lr", c->anneal_lr);
   GETF("gamma", c->gamma);
@@ -214,20 +289,36 @@ static int parse_config(const char *head, lm_ppo_config *c) {
   GETF("max_grad_norm", c->max_grad_norm);
   GETI("norm_adv", c->norm_adv);
   GETI("shared", c->policy.shared);
+  NEED("hidden");
+  c->policy.layers = 0;
+  for (char *s = v; *s;) {
+    char *end;
+    errno = 0;
+    long w = strtol(s, &end, 10);
+    if (end == s || errno || w < 1 || w > 4096 || c->policy.layers >= LM_POLICY_MAX_LAYERS) BAD("hidden");
+    c->policy.hidden[c->policy.layers++] = (int)w;
+    s = end;
+    if (*s == ',' && s[1]) s++;
+    else if (*s) BAD("hidden");
+  }
+  NEED("activation");
+  if (!strcmp(v, "relu")) c->policy.activation = LM_ACT_RELU;
+  else if (!strcmp(v, "tanh")) c->policy.activation = LM_ACT_TANH;
+  else BAD("activation");
+  NEED("stepper");
+  if (!strcmp(v, "host")) c->stepper = LM_STEPPER_HOST;
+  else if (!strcmp(v, "device")) c->stepper = LM_STEPPER_DEVICE;
+  else BAD("stepper");
+#undef NEED
+#undef BAD
 #undef GETI
 #undef GETF
-  if (!field(head, "hidden", v, sizeof v)) return 0;
-  c->policy.layers = 0;
-  for (char *s = v; *s && c->policy.layers < LM_POLICY_MAX_LAYERS;) {
-    c->policy.hidden[c->policy.layers++] = (int)strtol(s, &s, 10);
-    if (*s == ',') s++;
-    else break;
+  if (lm_ppo_config_check(c) != LM_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", lm_last_error());
+    return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: %s", path, why);
   }
-  if (!field(head, "activation", v, sizeof v)) return 0;
-  c->policy.activation = !strcmp(v, "relu") ? LM_ACT_RELU : LM_ACT_TANH;
-  if (!field(head, "stepper", v, sizeof v)) return 0;
-  c->stepper = !strcmp(v, "host") ? LM_STEPPER_HOST : LM_STEPPER_DEVICE;
-  return 1;
+  return LM_OK;
 }
 
 lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_ppo_config *cfg) {
@@ -235,8 +326,9 @@ lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_pp
   char *head = NULL;
   reader r;
   lm_status st = open_checked(path, &data, &r, &head);
-  if (st == LM_OK && (!field(head, "env", env_name, cap) || !parse_config(head, cfg)))
-    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks the env or the config", path);
+  if (st == LM_OK && !field(head, "env", env_name, cap))
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks the env", path);
+  if (st == LM_OK) st = parse_config(path, head, cfg);
   lm_free(head);
   lm_free(data);
   return st;
@@ -249,10 +341,11 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   lm_status st = open_checked(path, &data, &r, &head);
   lm_ppo_config c;
   if (st != LM_OK) goto done;
-  if (!field(head, "env", v, sizeof v) || !parse_config(head, &c)) {
-    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks the env or the config", path);
+  if (!field(head, "env", v, sizeof v)) {
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks the env", path);
     goto done;
   }
+  if ((st = parse_config(path, head, &c)) != LM_OK) goto done;
   const lm_ppo_config *mine = lm_trainer_config(t);
   if (strcmp(v, lm_trainer_env(t)->name)) {
     st = lm_fail(LM_ERR_INVALID, "checkpoint %s is for env %s, not %s", path, v, lm_trainer_env(t)->name);
@@ -293,6 +386,16 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
     }
     memcpy(buf, src, cnt * sizeof *buf);
     r.at += cnt * sizeof *buf;
+    for (uint64_t e = 0; e < cnt; e++)
+      if (!isfinite(buf[e])) {
+        st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: array %s holds a non-finite value (%g at element %llu)", path,
+                     name, (double)buf[e], (unsigned long long)e);
+        break;
+      }
+    if (st != LM_OK) {
+      lm_free(buf);
+      break;
+    }
     st = a[i].rollout ? lm_rollout_state_write(lm_trainer_rollout(t), name, buf, cnt)
                       : lm_program_write(lm_trainer_update_program(t), name, buf, cnt);
     lm_free(buf);
@@ -301,18 +404,27 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   int64_t *iter, *steps;
   uint64_t *shuffle;
   lm_trainer_counters(t, &iter, &steps, &shuffle);
-  if (!field(head, "iteration", v, sizeof v)) goto bad;
-  *iter = strtoll(v, NULL, 10);
-  if (!field(head, "env_steps", v, sizeof v)) goto bad;
-  *steps = strtoll(v, NULL, 10);
-  if (!field(head, "shuffle", v, sizeof v)) goto bad;
-  *shuffle = strtoull(v, NULL, 10);
-  if (!field(head, "rollout_run", v, sizeof v)) goto bad;
+  long long it, es;
+  uint64_t sh, run;
+  if (!field(head, "iteration", v, sizeof v) || !int_of(v, 0, (long long)1 << 50, &it)) goto bad;
+  if (!field(head, "env_steps", v, sizeof v) || !int_of(v, 0, (long long)1 << 62, &es)) goto bad;
+  long long rows = (long long)(c.n_envs * c.horizon); /* at most 2^28 (lm_ppo_config_check) */
+  if (it > ((long long)1 << 62) / rows || es != it * rows) { /* each iteration steps every env `steps` times */
+    st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: env_steps = %lld does not match %lld iterations of %lld envs x %lld steps",
+                 path, es, it, (long long)c.n_envs, (long long)c.horizon);
+    goto done;
+  }
+  if (!field(head, "shuffle", v, sizeof v) || !u64_of(v, &sh)) goto bad;
+  if (!field(head, "rollout_run", v, sizeof v) || !u64_of(v, &run)) goto bad;
+  *iter = it;
+  *steps = es;
+  *shuffle = sh;
   lm_rollout_set_seed(lm_trainer_rollout(t), mine->seed);
-  lm_rollout_set_run_index(lm_trainer_rollout(t), strtoull(v, NULL, 10));
+  lm_rollout_set_run_index(lm_trainer_rollout(t), run);
   goto done;
 bad:
-  st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks the counters", path);
+  st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the counters (iteration, env_steps, shuffle, rollout_run) are missing or "
+                               "out of range", path);
 done:
   lm_free(head);
   lm_free(data);

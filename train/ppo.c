@@ -53,6 +53,62 @@ lm_ppo_config lm_ppo_defaults(const lm_env_spec *env) {
   return c;
 }
 
+/* The range of every numeric setting, by its name in checkpoints and summaries: the CLI, the
+ * trainer and the checkpoint reader all check against this one table. */
+static const struct {
+  const char *key;
+  double lo, hi;
+} limits[] = {
+    {"envs", 1, 1 << 24},   {"steps", 1, 1 << 20},    {"total_steps", 1, 1e13},   {"lr", 0, 10},
+    {"gamma", 0, 1},        {"gae_lambda", 0, 1},     {"epochs", 1, 1000},        {"minibatches", 1, 1 << 20},
+    {"clip_coef", 0, 10},   {"ent_coef", 0, 10},      {"vf_coef", 0, 100},        {"max_grad_norm", 0, 1e6},
+    {"anneal_lr", 0, 1},    {"clip_vloss", 0, 1},     {"norm_adv", 0, 1},         {"shared", 0, 1},
+};
+
+int lm_ppo_limit(const char *key, double *lo, double *hi) {
+  for (size_t i = 0; i < LM_COUNTOF(limits); i++)
+    if (!strcmp(limits[i].key, key)) {
+      *lo = limits[i].lo;
+      *hi = limits[i].hi;
+      return 1;
+    }
+  return 0;
+}
+
+static lm_status in_range(const char *key, double v) {
+  double lo = 0, hi = 0;
+  LM_ASSERT(lm_ppo_limit(key, &lo, &hi));
+  if (!(v >= lo && v <= hi)) return lm_fail(LM_ERR_INVALID, "ppo: %s = %.9g is outside [%g, %g]", key, v, lo, hi);
+  return LM_OK;
+}
+
+lm_status lm_ppo_config_check(const lm_ppo_config *c) {
+  lm_status st;
+  const double v[] = {(double)c->n_envs,     (double)c->horizon,   (double)c->total_steps,   (double)c->lr,
+                      (double)c->gamma,      (double)c->gae_lambda, (double)c->epochs,        (double)c->minibatches,
+                      (double)c->clip_coef,  (double)c->ent_coef,   (double)c->vf_coef,       (double)c->max_grad_norm,
+                      (double)c->anneal_lr,  (double)c->clip_vloss, (double)c->norm_adv,      (double)c->policy.shared};
+  _Static_assert(LM_COUNTOF(v) == LM_COUNTOF(limits), "a setting without a range");
+  for (size_t i = 0; i < LM_COUNTOF(limits); i++)
+    if ((st = in_range(limits[i].key, v[i])) != LM_OK) return st;
+  int64_t B = c->n_envs * c->horizon; /* both under 2^25: no overflow */
+  if (B > ((int64_t)1 << 28))
+    return lm_fail(LM_ERR_INVALID, "ppo: envs x steps = %lld rows per iteration, over the limit of 2^28", (long long)B);
+  if (B % c->minibatches)
+    return lm_fail(LM_ERR_INVALID, "ppo: envs x steps (%lld) must split into %d equal minibatches", (long long)B,
+                   c->minibatches);
+  if (c->policy.layers < 1 || c->policy.layers > LM_POLICY_MAX_LAYERS)
+    return lm_fail(LM_ERR_INVALID, "ppo: %d hidden layers, expected 1 to %d", c->policy.layers, LM_POLICY_MAX_LAYERS);
+  for (int l = 0; l < c->policy.layers; l++)
+    if (c->policy.hidden[l] < 1 || c->policy.hidden[l] > 4096)
+      return lm_fail(LM_ERR_INVALID, "ppo: hidden layer %d has width %d, expected 1 to 4096", l, c->policy.hidden[l]);
+  if (c->policy.activation != LM_ACT_TANH && c->policy.activation != LM_ACT_RELU)
+    return lm_fail(LM_ERR_INVALID, "ppo: unknown activation %d", (int)c->policy.activation);
+  if (c->stepper != LM_STEPPER_DEVICE && c->stepper != LM_STEPPER_HOST)
+    return lm_fail(LM_ERR_INVALID, "ppo: unknown stepper %d", (int)c->stepper);
+  return LM_OK;
+}
+
 void lm_ppo_config_print(const lm_ppo_config *c, char *buf, size_t cap) {
   char hidden[64] = "";
   for (int l = 0; l < c->policy.layers; l++)
@@ -263,12 +319,8 @@ lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo
   t->cfg = *cfg;
   t->b = b;
   lm_status st = LM_ERR_INVALID;
+  if (lm_ppo_config_check(cfg) != LM_OK) goto fail;
   t->B = cfg->n_envs * cfg->horizon;
-  if (cfg->n_envs < 1 || cfg->horizon < 1 || cfg->minibatches < 1 || cfg->epochs < 1 || t->B % cfg->minibatches) {
-    lm_fail(LM_ERR_INVALID, "ppo: envs*steps (%lld) must split into %d equal minibatches, with envs, steps, epochs >= 1",
-            (long long)t->B, cfg->minibatches);
-    goto fail;
-  }
   t->M = t->B / cfg->minibatches;
   t->total_iters = cfg->total_steps / t->B;
   if (t->total_iters < 1) t->total_iters = 1;
