@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lumen/env.h"
@@ -971,13 +972,66 @@ Test(cli, unknown_envs_and_options_are_refused_and_help_and_version_work) {
   cr_assert_eq(rltrain("cartpole --no-such-option 1", out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "unknown option --no-such-option"), "%s", out);
   cr_assert_eq(rltrain("cartpole --envs zero", out, sizeof out), 2, "%s", out);
-  cr_assert(strstr(out, "--envs expects a number"), "%s", out);
+  cr_assert(strstr(out, "--envs needs a whole number"), "%s", out);
   cr_assert_eq(rltrain("nosuchenv", out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "unknown environment"), "%s", out);
   cr_assert_eq(rltrain("--help", out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "check ENV FILE.csv") && strstr(out, "record ENV FILE.csv") && strstr(out, "atol"), "%s", out);
   cr_assert_eq(rltrain("--version", out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, lm_version()), "%s", out);
+}
+
+/* Every kind of bad input exits 2 at once with a message naming the option or file, before any
+ * device is opened or anything is written: numbers parsed strictly (no fraction, no hex, no
+ * wrap), full uint64 seeds, empty paths, stray arguments, settings that do not fit together,
+ * a device file, a FIFO or a directory where a checkpoint is wanted, a bad --arch. */
+Test(cli, bad_input_exits_2_naming_the_problem, .timeout = LM_TIMEOUT(120)) {
+  char dir[] = "/tmp/lumen-badcli-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  char fifo[64], args[256];
+  snprintf(fifo, sizeof fifo, "%s/fifo.ckpt", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  const struct {
+    const char *args, *says;
+  } cases[] = {
+      {"cartpole --envs 2.7", "--envs"},
+      {"cartpole --envs 0x4", "--envs"},
+      {"cartpole --envs 1e3", "--envs"},
+      {"cartpole --steps ' 8'", "--steps"},
+      {"cartpole --total-steps 0", "--total-steps"},
+      {"cartpole --seed 18446744073709551616", "--seed"},
+      {"cartpole --seed -1", "--seed"},
+      {"cartpole --lr 1e400", "--lr"},
+      {"cartpole --lr nan", "--lr"},
+      {"cartpole --gamma 0x1p-1", "--gamma"},
+      {"cartpole --minibatches 3", "minibatches"},
+      {"cartpole --envs 16777216 --steps 1048576", "2^28"},
+      {"cartpole --checkpoint-every 1.5", "--checkpoint-every"},
+      {"cartpole extra", "unexpected argument 'extra'"},
+      {"cartpole --out ''", "--out needs a path"},
+      {"cartpole --resume ''", "--resume needs a path"},
+      {"eval ''", "which checkpoint"},
+      {"eval /dev/zero", "not a regular file"},
+      {"eval /tmp", "latest.ckpt"},
+      {"record cartpole x.csv --episodes 2.5", "--episodes"},
+      {"record cartpole x.csv --seed 99999999999999999999", "--seed"},
+      {"record cartpole ''", "FILE.csv"},
+      {"view cartpole --seed 0x10", "--seed"},
+      {"compile cartpole --target cuda --arch sm_bogus", "sm_bogus"},
+  };
+  char text[8192];
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    snprintf(args, sizeof args, "%s", cases[i].args);
+    int rc = rltrain(args, text, sizeof text);
+    cr_assert_eq(rc, 2, "rltrain %s exited %d:\n%s", args, rc, text);
+    cr_assert(strstr(text, cases[i].says), "rltrain %s does not say '%s':\n%s", args, cases[i].says, text);
+  }
+  snprintf(args, sizeof args, "eval '%s'", fifo); /* would block for ever reading */
+  cr_assert_eq(rltrain(args, text, sizeof text), 2, "%s", text);
+  cr_assert(strstr(text, "regular file"), "%s", text);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
 }
 
 #endif /* LUMEN_ENVS_SLOW */

@@ -22,7 +22,8 @@ static int usage(FILE *out, int code) {
         "  opencl  clBuildProgram on the OpenCL device the opencl backend picks\n"
         "          ($LUMEN_OPENCL_DEVICE); needs an OpenCL platform (e.g. PoCL).\n"
         "  c       the system C compiler the cpu backend uses.\n"
-        "Exit status: 0 all kernels compiled, 1 a compile failed (its log is printed), 2 bad usage.\n",
+        "Exit status: 0 all kernels compiled, 1 a compile failed (its log is printed), 2 bad usage\n"
+        "(an unknown env, target or --arch).\n",
         out);
   return code;
 }
@@ -122,7 +123,7 @@ int lm_cli_compile(int argc, char **argv) {
   lm_compile_report_free(&r);
   if (st != LM_OK) {
     fprintf(stderr, "rltrain compile: %s: %s\n", lm_status_name(st), lm_last_error());
-    return 1;
+    return lm_cli_exit(st);
   }
   printf("%zu kernels compiled\n", n);
   return 0;

@@ -57,18 +57,6 @@ static int bad(const char *fmt, const char *a) {
   return 2;
 }
 
-static int parse_num(const char *opt, const char *text, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (errno || end == text || *end || !(v >= lo && v <= hi)) {
-    fprintf(stderr, "rltrain: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, text);
-    return 0;
-  }
-  *out = v;
-  return 1;
-}
-
 static int mkdirs(const char *path) {
   char buf[4400];
   snprintf(buf, sizeof buf, "%s", path);
@@ -127,6 +115,40 @@ static int parse_hidden(const char *text, lm_policy_config *p) {
   return p->layers > 0 && !*s;
 }
 
+/* The value of setting `key` in a config's printed form ("" when absent). */
+static void setting_text(const lm_ppo_config *c, const char *key, char *buf, size_t cap) {
+  char text[2048];
+  lm_ppo_config_print(c, text, sizeof text);
+  size_t k = strlen(key);
+  buf[0] = 0;
+  for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+    if (!strncmp(l, key, k) && !strncmp(l + k, " = ", 3)) {
+      const char *v = l + k + 3, *e = strchr(v, '\n');
+      size_t n = e ? (size_t)(e - v) : strlen(v);
+      snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), v);
+      return;
+    }
+}
+
+/* --resume continues a run with the settings in its checkpoint: options that set anything but
+ * the step budget to another value than the run's are refused, each named. 1 when any is. */
+static int resume_conflicts(const lm_ppo_config *want, const lm_ppo_config *saved, const char *const *given,
+                            int ngiven, const char *run) {
+  int bad = 0;
+  for (int g = 0; g < ngiven; g++) {
+    if (!strcmp(given[g], "total_steps")) continue;
+    char a[256], b[256];
+    setting_text(want, given[g], a, sizeof a);
+    setting_text(saved, given[g], b, sizeof b);
+    if (!strcmp(a, b)) continue;
+    if (!bad) fprintf(stderr, "rltrain: --resume %s continues that run with its own settings; these options differ:\n", run);
+    fprintf(stderr, "  %s = %s on the command line, %s in the run\n", given[g], a, b);
+    bad = 1;
+  }
+  if (bad) fprintf(stderr, "rltrain: drop them (only --total-steps may change on --resume), or start a new run\n");
+  return bad;
+}
+
 int lm_cli_train(const char *env_name, int argc, char **argv) {
   const lm_env_spec *env = lm_env_find(env_name);
   if (!env) {
@@ -137,6 +159,9 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   const char *device = "auto", *out = NULL, *resume = NULL;
   int stop = 1, quiet = 0, view = 0;
   long every = 10;
+  const char *given[32]; /* the settings the command line sets, by checkpoint name (for --resume) */
+  int ngiven = 0;
+#define GIVEN(key) (given[ngiven < 32 ? ngiven++ : 31] = (key))
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     double v;
@@ -147,59 +172,103 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     if (!strcmp(o, "--no-stop")) { stop = 0; continue; }
     if (!strcmp(o, "--view")) { view = 1; continue; }
     if (!strcmp(o, "--quiet")) { quiet = 1; continue; }
-    if (!strcmp(o, "--no-anneal")) { cfg.anneal_lr = 0; continue; }
-    if (!strcmp(o, "--shared")) { cfg.policy.shared = 1; continue; }
+    if (!strcmp(o, "--no-anneal")) { cfg.anneal_lr = 0; GIVEN("anneal_lr"); continue; }
+    if (!strcmp(o, "--shared")) { cfg.policy.shared = 1; GIVEN("shared"); continue; }
+    if (o[0] != '-' || !o[1]) return bad("unexpected argument '%s' (options start with --)", o);
     if (i + 1 >= argc) return bad("option %s needs a value", o);
     const char *a = argv[++i];
+    /* a numeric setting: the option, its name in checkpoints, and where it goes */
+    static const struct {
+      const char *opt, *key;
+    } num[] = {{"--envs", "envs"},        {"--steps", "steps"},         {"--total-steps", "total_steps"},
+               {"--lr", "lr"},            {"--gamma", "gamma"},         {"--gae-lambda", "gae_lambda"},
+               {"--epochs", "epochs"},    {"--minibatches", "minibatches"}, {"--clip", "clip_coef"},
+               {"--ent-coef", "ent_coef"}, {"--vf-coef", "vf_coef"},    {"--max-grad-norm", "max_grad_norm"}};
+    size_t k = 0;
+    while (k < sizeof num / sizeof *num && strcmp(o, num[k].opt)) k++;
+    if (k < sizeof num / sizeof *num) {
+      if (!lm_cli_setting(o, num[k].key, a, &v)) return LM_CLI_USAGE;
+      switch (k) {
+      case 0: cfg.n_envs = (int64_t)v; break;
+      case 1: cfg.horizon = (int64_t)v; break;
+      case 2: cfg.total_steps = (int64_t)v; break;
+      case 3: cfg.lr = (float)v; break;
+      case 4: cfg.gamma = (float)v; break;
+      case 5: cfg.gae_lambda = (float)v; break;
+      case 6: cfg.epochs = (int)v; break;
+      case 7: cfg.minibatches = (int)v; break;
+      case 8: cfg.clip_coef = (float)v; break;
+      case 9: cfg.ent_coef = (float)v; break;
+      case 10: cfg.vf_coef = (float)v; break;
+      default: cfg.max_grad_norm = (float)v; break;
+      }
+      GIVEN(num[k].key);
+      continue;
+    }
     if (!strcmp(o, "--device")) device = a;
-    else if (!strcmp(o, "--out")) out = a;
-    else if (!strcmp(o, "--resume")) resume = a;
-    else if (!strcmp(o, "--stepper")) {
+    else if (!strcmp(o, "--out")) {
+      if (!lm_cli_path(o, a)) return LM_CLI_USAGE;
+      out = a;
+    } else if (!strcmp(o, "--resume")) {
+      if (!lm_cli_path(o, a)) return LM_CLI_USAGE;
+      resume = a;
+    } else if (!strcmp(o, "--stepper")) {
+      GIVEN("stepper");
       if (!strcmp(a, "device")) cfg.stepper = LM_STEPPER_DEVICE;
       else if (!strcmp(a, "host")) cfg.stepper = LM_STEPPER_HOST;
       else return bad("--stepper is device or host, not '%s'", a);
     } else if (!strcmp(o, "--hidden")) {
+      GIVEN("hidden");
       if (!parse_hidden(a, &cfg.policy)) return bad("--hidden wants widths like 64,64 (1-4 layers), not '%s'", a);
     } else if (!strcmp(o, "--activation")) {
+      GIVEN("activation");
       if (!strcmp(a, "tanh")) cfg.policy.activation = LM_ACT_TANH;
       else if (!strcmp(a, "relu")) cfg.policy.activation = LM_ACT_RELU;
       else return bad("--activation is tanh or relu, not '%s'", a);
-    } else if (!strcmp(o, "--envs")) { if (!parse_num(o, a, 1, 1 << 24, &v)) return 2; cfg.n_envs = (int64_t)v; }
-    else if (!strcmp(o, "--steps")) { if (!parse_num(o, a, 1, 1 << 20, &v)) return 2; cfg.horizon = (int64_t)v; }
-    else if (!strcmp(o, "--total-steps")) { if (!parse_num(o, a, 1, 1e13, &v)) return 2; cfg.total_steps = (int64_t)v; }
-    else if (!strcmp(o, "--seed")) { if (!parse_num(o, a, 0, 1.8e19, &v)) return 2; cfg.seed = (uint64_t)v; }
-    else if (!strcmp(o, "--lr")) { if (!parse_num(o, a, 0, 10, &v)) return 2; cfg.lr = (float)v; }
-    else if (!strcmp(o, "--gamma")) { if (!parse_num(o, a, 0, 1, &v)) return 2; cfg.gamma = (float)v; }
-    else if (!strcmp(o, "--gae-lambda")) { if (!parse_num(o, a, 0, 1, &v)) return 2; cfg.gae_lambda = (float)v; }
-    else if (!strcmp(o, "--epochs")) { if (!parse_num(o, a, 1, 1000, &v)) return 2; cfg.epochs = (int)v; }
-    else if (!strcmp(o, "--minibatches")) { if (!parse_num(o, a, 1, 1 << 20, &v)) return 2; cfg.minibatches = (int)v; }
-    else if (!strcmp(o, "--clip")) { if (!parse_num(o, a, 0, 10, &v)) return 2; cfg.clip_coef = (float)v; }
-    else if (!strcmp(o, "--ent-coef")) { if (!parse_num(o, a, 0, 10, &v)) return 2; cfg.ent_coef = (float)v; }
-    else if (!strcmp(o, "--vf-coef")) { if (!parse_num(o, a, 0, 100, &v)) return 2; cfg.vf_coef = (float)v; }
-    else if (!strcmp(o, "--max-grad-norm")) { if (!parse_num(o, a, 0, 1e6, &v)) return 2; cfg.max_grad_norm = (float)v; }
-    else if (!strcmp(o, "--checkpoint-every")) { if (!parse_num(o, a, 1, 1e9, &v)) return 2; every = (long)v; }
-    else if (!strcmp(o, "--search-budget")) {
-      if (!parse_num(o, a, 0, 86400, &v)) return 2;
+    } else if (!strcmp(o, "--seed")) {
+      if (!lm_cli_u64(o, a, &cfg.seed)) return LM_CLI_USAGE;
+      GIVEN("seed");
+    } else if (!strcmp(o, "--checkpoint-every")) {
+      long long e;
+      if (!lm_cli_int(o, a, 1, 1000000000, &e)) return LM_CLI_USAGE;
+      every = (long)e;
+    } else if (!strcmp(o, "--search-budget")) {
+      if (!lm_cli_real(o, a, 0, 86400, &v)) return LM_CLI_USAGE;
       setenv("LUMEN_SEARCH_BUDGET", a, 1); /* read when the backend compiles */
     }
     else return bad("unknown option %s", o);
+  }
+#undef GIVEN
+  if (!resume && lm_ppo_config_check(&cfg) != LM_OK) {
+    fprintf(stderr, "rltrain: %s (see rltrain %s --help)\n", lm_last_error(), env->name);
+    return LM_CLI_USAGE;
   }
   char dir[4096], path[4200];
   if (resume) {
     snprintf(path, sizeof path, "%s/latest.ckpt", resume);
     char name[64];
     lm_ppo_config saved;
-    if (lm_checkpoint_peek(path, name, sizeof name, &saved) != LM_OK) {
+    lm_status pst = lm_checkpoint_peek(path, name, sizeof name, &saved);
+    if (pst != LM_OK) {
       fprintf(stderr, "rltrain: cannot resume: %s\n", lm_last_error());
-      return 1;
+      return LM_CLI_USAGE; /* the input is missing or unreadable */
     }
     if (strcmp(name, env->name)) {
       fprintf(stderr, "rltrain: cannot resume: %s was trained on %s, not %s\n", resume, name, env->name);
-      return 2;
+      return LM_CLI_USAGE;
     }
+    /* the run's own settings; the command line may set only the step budget */
+    if (resume_conflicts(&cfg, &saved, given, ngiven, resume)) return LM_CLI_USAGE;
     int64_t total = cfg.total_steps;
-    cfg = saved; /* the run's own settings; only the budget may grow */
-    if (total > cfg.total_steps) cfg.total_steps = total;
+    int raise = 0;
+    for (int g = 0; g < ngiven; g++) raise |= !strcmp(given[g], "total_steps");
+    cfg = saved;
+    if (raise && total != cfg.total_steps) {
+      if (!quiet)
+        printf("rltrain: resuming %s with a step budget of %lld (the run had %lld)\n", resume, (long long)total,
+               (long long)cfg.total_steps);
+      cfg.total_steps = total;
+    }
     snprintf(dir, sizeof dir, "%s", resume);
   } else if (out) snprintf(dir, sizeof dir, "%s", out);
   else {
@@ -231,11 +300,12 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   }
   if (resume) {
     snprintf(path, sizeof path, "%s/latest.ckpt", dir);
-    if (lm_trainer_load(t, path) != LM_OK) {
+    lm_status lst = lm_trainer_load(t, path);
+    if (lst != LM_OK) {
       fprintf(stderr, "rltrain: cannot resume: %s\n", lm_last_error());
       lm_trainer_free(t);
       lm_backend_free(b);
-      return 1;
+      return lm_cli_exit(lst);
     }
   }
   double t_ready = now();
@@ -413,7 +483,6 @@ int lm_cli_eval(int argc, char **argv) {
   int episodes = 20;
   uint64_t seed = 12345;
   for (int i = 0; i < argc; i++) {
-    double v;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       puts("usage: rltrain eval CKPT|RUN_DIR [--episodes N] [--seed S] [--device D]\n"
            "  mean return of the checkpoint's policy over N episodes (default 20), greedy (argmax or\n"
@@ -422,20 +491,20 @@ int lm_cli_eval(int argc, char **argv) {
     }
     if (argv[i][0] != '-' && !ckpt) ckpt = argv[i];
     else if (i + 1 < argc && !strcmp(argv[i], "--episodes")) {
-      if (!parse_num("--episodes", argv[++i], 1, 1e6, &v)) return 2;
-      episodes = (int)v;
+      long long e;
+      if (!lm_cli_int("--episodes", argv[++i], 1, 1000000, &e)) return LM_CLI_USAGE;
+      episodes = (int)e;
     } else if (i + 1 < argc && !strcmp(argv[i], "--seed")) {
-      if (!parse_num("--seed", argv[++i], 0, 1.8e19, &v)) return 2;
-      seed = (uint64_t)v;
+      if (!lm_cli_u64("--seed", argv[++i], &seed)) return LM_CLI_USAGE;
     } else if (i + 1 < argc && !strcmp(argv[i], "--device")) device = argv[++i];
     else {
       fprintf(stderr, "rltrain eval: unknown argument '%s' (see rltrain eval --help)\n", argv[i]);
       return 2;
     }
   }
-  if (!ckpt) {
+  if (!ckpt || !*ckpt) {
     fprintf(stderr, "rltrain eval: which checkpoint? (rltrain eval CKPT)\n");
-    return 2;
+    return LM_CLI_USAGE;
   }
   char path[4200];
   struct stat sb;
@@ -443,11 +512,16 @@ int lm_cli_eval(int argc, char **argv) {
   else snprintf(path, sizeof path, "%s", ckpt);
   char name[64];
   lm_ppo_config cfg;
-  if (lm_checkpoint_peek(path, name, sizeof name, &cfg) != LM_OK) {
+  lm_status pst = lm_checkpoint_peek(path, name, sizeof name, &cfg);
+  if (pst != LM_OK) {
     fprintf(stderr, "rltrain eval: %s\n", lm_last_error());
-    return 1;
+    return LM_CLI_USAGE; /* the input is missing or unreadable */
   }
   const lm_env_spec *env = lm_env_find(name);
+  if (!env) {
+    fprintf(stderr, "rltrain eval: %s: %s\n", path, lm_last_error());
+    return LM_CLI_USAGE;
+  }
   char why[1024];
   lm_backend_t *b = env ? lm_backend_open(device, why, sizeof why) : NULL;
   if (!b) {
@@ -460,7 +534,12 @@ int lm_cli_eval(int argc, char **argv) {
   lm_graph_t *g = lm_graph_new();
   lm_program_t *p = NULL;
   lm_policy pol;
-  if (!t || lm_trainer_load(t, path) != LM_OK || !g) goto done;
+  if (!t || !g) goto done;
+  lm_status lst = lm_trainer_load(t, path);
+  if (lst != LM_OK) {
+    rc = lm_cli_exit(lst);
+    goto done;
+  }
   lm_dim one = 1;
   lm_tensor obs = lm_input(g, "obs", LM_ROLE_DATA, 2, (lm_dim[]){one, env->obs_size});
   lm_policy_out po;

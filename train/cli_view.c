@@ -39,18 +39,6 @@ static void plot_usage(FILE *out) {
         out);
 }
 
-static int parse_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = text ? strtoll(text, &end, 10) : 0;
-  if (!text || !*text || *end || errno || v < lo || v > hi) {
-    fprintf(stderr, "rltrain: %s needs an integer in %lld..%lld, got '%s'\n", opt, lo, hi, text ? text : "");
-    return 0;
-  }
-  *out = v;
-  return 1;
-}
-
 /* Live: the keys, once the window shows its first frame. */
 static int print_keys_once(void *ctx, int frame) {
   (void)ctx;
@@ -76,16 +64,16 @@ int lm_cli_view(int argc, char **argv) {
       *(a[2] == 'd' ? &cfg.device : &cfg.out) = val;
       i++;
     } else if (!strcmp(a, "--envs")) {
-      if (!parse_int(a, val, 1, LM_VIEW_MAX_CELLS, &v)) return 2;
+      if (!lm_cli_int(a, val, 1, LM_VIEW_MAX_CELLS, &v)) return 2;
       cfg.envs = (int)v, i++;
     } else if (!strcmp(a, "--seed")) {
-      if (!parse_int(a, val, 0, INT64_MAX, &v)) return 2;
-      cfg.seed = (uint64_t)v, i++;
+      if (!lm_cli_u64(a, val, &cfg.seed)) return 2;
+      i++;
     } else if (!strcmp(a, "--frames")) {
-      if (!parse_int(a, val, 1, 100000, &v)) return 2;
+      if (!lm_cli_int(a, val, 1, 100000, &v)) return 2;
       cfg.frames = (int)v, i++;
     } else if (!strcmp(a, "--every")) {
-      if (!parse_int(a, val, 1, 1000000, &v)) return 2;
+      if (!lm_cli_int(a, val, 1, 1000000, &v)) return 2;
       cfg.every = (int)v, i++;
     } else if (!strcmp(a, "--size")) {
       int w = 0, h = 0;
@@ -121,7 +109,7 @@ int lm_cli_view(int argc, char **argv) {
   lm_status st = lm_view_run(&cfg, &res);
   if (st != LM_OK) {
     fprintf(stderr, "rltrain: view: %s\n", lm_last_error());
-    return st == LM_ERR_INVALID && !res.env[0] ? 2 : 1;
+    return lm_cli_exit(st);
   }
   printf("rltrain view: %s on %s, policy %s: %d frames", res.env, res.device, res.policy, res.frames);
   if (cfg.headless) printf(", %d PNG file%s in %s", res.files, res.files == 1 ? "" : "s", cfg.out);
@@ -183,13 +171,13 @@ int lm_cli_plot(int argc, char **argv) {
   const lm_env_spec *env = NULL;
   if (env_name) {
     if (!(env = lm_env_find(env_name))) {
-      fprintf(stderr, "rltrain: plot: %s\n", lm_last_error());
+      fprintf(stderr, "rltrain: %s\n", lm_last_error());
       return 2;
     }
     solved = env->solved_return;
   }
   if (lm_plot_curve(log, png, env ? (env->gym_id ? env->gym_id : env->name) : NULL, solved) != LM_OK) {
-    fprintf(stderr, "rltrain: plot: %s\n", lm_last_error());
+    fprintf(stderr, "rltrain: %s\n", lm_last_error());
     return 1;
   }
   printf("rltrain plot: %s -> %s", log, png);

@@ -58,11 +58,12 @@ lm_ppo_config lm_ppo_defaults(const lm_env_spec *env) {
 static const struct {
   const char *key;
   double lo, hi;
+  int integer;
 } limits[] = {
-    {"envs", 1, 1 << 24},   {"steps", 1, 1 << 20},    {"total_steps", 1, 1e13},   {"lr", 0, 10},
-    {"gamma", 0, 1},        {"gae_lambda", 0, 1},     {"epochs", 1, 1000},        {"minibatches", 1, 1 << 20},
-    {"clip_coef", 0, 10},   {"ent_coef", 0, 10},      {"vf_coef", 0, 100},        {"max_grad_norm", 0, 1e6},
-    {"anneal_lr", 0, 1},    {"clip_vloss", 0, 1},     {"norm_adv", 0, 1},         {"shared", 0, 1},
+    {"envs", 1, 1 << 24, 1},     {"steps", 1, 1 << 20, 1},   {"total_steps", 1, 1e13, 1}, {"lr", 0, 10, 0},
+    {"gamma", 0, 1, 0},          {"gae_lambda", 0, 1, 0},    {"epochs", 1, 1000, 1},      {"minibatches", 1, 1 << 20, 1},
+    {"clip_coef", 0, 10, 0},     {"ent_coef", 0, 10, 0},     {"vf_coef", 0, 100, 0},      {"max_grad_norm", 0, 1e6, 0},
+    {"anneal_lr", 0, 1, 1},      {"clip_vloss", 0, 1, 1},    {"norm_adv", 0, 1, 1},       {"shared", 0, 1, 1},
 };
 
 int lm_ppo_limit(const char *key, double *lo, double *hi) {
@@ -70,7 +71,7 @@ int lm_ppo_limit(const char *key, double *lo, double *hi) {
     if (!strcmp(limits[i].key, key)) {
       *lo = limits[i].lo;
       *hi = limits[i].hi;
-      return 1;
+      return limits[i].integer ? 2 : 1;
     }
   return 0;
 }

@@ -1,7 +1,9 @@
 /* rltrain: the command-line front end: trains PPO on an env (train/cli_train.c), evaluates
  * checkpoints, lists the registered environments, checks an env's graph and reference stepper
  * against a transitions file (`check`), and records such a file from the reference stepper.
- * Exit codes: 0 success, 1 a check found errors over tolerance, 2 usage or input error. */
+ * Exit codes (train/cli.h): 0 success, 1 the work failed (a check found errors over tolerance, a
+ * device or a compile failed, a file could not be written), 2 bad input (an option or its value,
+ * or an input file that is malformed, corrupt or for something else). */
 #include <lumen/env.h>
 #include <lumen/lumen.h>
 
@@ -37,6 +39,11 @@ static void print_usage(FILE *out) {
         "                            (no device needed for cuda), with registers and spills\n"
         "  --version                 print the lumen version\n"
         "  help                      show this help (also -h, --help)\n"
+        "\n"
+        "Exit status: 0 success; 1 the work failed (a check over tolerance, a device or a compile\n"
+        "failed, a file could not be written); 2 bad input: an unknown option, a value out of range\n"
+        "or not a whole number where one is needed, an empty path, or an input file (checkpoint,\n"
+        "transitions) that is malformed, corrupt or for another env.\n"
         "\n"
         "Transition files (the format of shared/golden/*.csv), one row per step:\n"
         "  episode,t,<state before>,<action>,<state after>,<obs after>,reward,terminated,truncated\n"
@@ -412,18 +419,6 @@ static const lm_env_spec *find_env(const char *name) {
   return e;
 }
 
-static int parse_count(const char *opt, const char *text, long long lo, long long *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (!*text || *end || errno || v < lo) {
-    fprintf(stderr, "rltrain: %s needs an integer >= %lld, got '%s'\n", opt, lo, text);
-    return 0;
-  }
-  *out = v;
-  return 1;
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     print_usage(stderr);
@@ -449,7 +444,8 @@ int main(int argc, char **argv) {
     int check = !strcmp(cmd, "check");
     const char *pos[2] = {NULL, NULL};
     const char *device = "auto";
-    long long episodes = 10, seed = 0;
+    long long episodes = 10;
+    uint64_t seed = 0;
     int npos = 0;
     for (int i = 2; i < argc; i++) {
       const char *a = argv[i];
@@ -459,11 +455,11 @@ int main(int argc, char **argv) {
         device = val, i++;
       } else if (!check && !strcmp(a, "--episodes")) {
         if (!val) return fprintf(stderr, "rltrain: --episodes needs a value\n"), 2;
-        if (!parse_count("--episodes", val, 1, &episodes)) return 2;
+        if (!lm_cli_int("--episodes", val, 1, 100000000, &episodes)) return 2;
         i++;
       } else if (!check && !strcmp(a, "--seed")) {
         if (!val) return fprintf(stderr, "rltrain: --seed needs a value\n"), 2;
-        if (!parse_count("--seed", val, 0, &seed)) return 2;
+        if (!lm_cli_u64("--seed", val, &seed)) return 2;
         i++;
       } else if (a[0] == '-' && a[1]) {
         fprintf(stderr, "rltrain: unknown option '%s' for '%s' (see 'rltrain help')\n", a, cmd);
@@ -482,6 +478,7 @@ int main(int argc, char **argv) {
     }
     const lm_env_spec *e = find_env(pos[0]);
     if (!e) return 2;
+    if (!lm_cli_path("FILE.csv", pos[1])) return 2;
     return check ? cmd_check(e, pos[1], device) : cmd_record(e, pos[1], (long)episodes, (unsigned long long)seed);
   }
   if (cmd[0] == '-') {

@@ -35,7 +35,8 @@ void lm_ppo_config_print(const lm_ppo_config *cfg, char *buf, size_t cap);
 /* Every setting within its range (lm_ppo_limit), envs x steps at most 2^28 and a whole number of
  * minibatches, a policy of 1-4 layers of width 1-4096: LM_OK, or LM_ERR_INVALID naming the field. */
 lm_status lm_ppo_config_check(const lm_ppo_config *cfg);
-/* [lo, hi] of a numeric setting by its checkpoint name ("envs", "lr", ...); 0 for an unknown name. */
+/* [lo, hi] of a numeric setting by its checkpoint name ("envs", "lr", ...): 2 for a whole
+ * number, 1 for a real one, 0 for an unknown name. */
 int lm_ppo_limit(const char *key, double *lo, double *hi);
 
 typedef struct lm_iter_stats {
