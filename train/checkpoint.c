@@ -16,7 +16,7 @@
 #include "compiler/core.h"
 #include "lumen/train.h"
 
-enum { CKPT_VERSION = 1, MAX_ARRAYS = 128 };
+enum { CKPT_VERSION = 2, MAX_ARRAYS = 128 }; /* 2: the last episodes (recent) */
 #define CKPT_MAX_BYTES ((uint64_t)1 << 34) /* 16 GiB: four 4096-wide layers with Adam fit many times over */
 static const char magic[8] = {'L', 'U', 'M', 'E', 'N', 'C', 'K', 'P'};
 
@@ -24,6 +24,7 @@ static const char magic[8] = {'L', 'U', 'M', 'E', 'N', 'C', 'K', 'P'};
 lm_program_t *lm_trainer_update_program(lm_trainer *t);
 void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle);
 const lm_env_spec *lm_trainer_env(const lm_trainer *t);
+lm_recent *lm_trainer_recent_mut(lm_trainer *t);
 
 typedef struct array {
   char name[64];
@@ -75,6 +76,10 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path) {
   lm_sb_printf(&head, "env = %s\n%siteration = %lld\nenv_steps = %lld\nshuffle = %llu\nrollout_run = %llu\n",
                lm_trainer_env(t)->name, cfgtext, (long long)*iter, (long long)*steps, (unsigned long long)*shuffle,
                (unsigned long long)lm_rollout_run_index(lm_trainer_rollout(t)));
+  const lm_recent *rc = lm_trainer_recent(t); /* "recent = n c:s ..." with every double exact */
+  lm_sb_printf(&head, "recent = %zu", rc->n);
+  for (size_t i = 0; i < rc->n; i++) lm_sb_printf(&head, " %.17g:%.17g", rc->count[i], rc->sum[i]);
+  lm_sb_printf(&head, "\n");
   lm_sb out = {0};
   uint32_t version = CKPT_VERSION, hlen = (uint32_t)head.len, count = (uint32_t)n;
   put(&out, magic, 8);
@@ -321,6 +326,36 @@ static lm_status parse_config(const char *path, const char *head, lm_ppo_config 
   return LM_OK;
 }
 
+/* "recent = n c:s c:s ..." (lm_recent): n entries, each count finite and > 0, each sum finite. */
+static lm_status parse_recent(const char *path, const char *head, lm_recent *r) {
+  size_t k = strlen("recent = ");
+  const char *line = NULL;
+  for (const char *l = head; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (!strncmp(l, "recent = ", k)) {
+      line = l + k;
+      break;
+    }
+  if (!line) return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks recent (the last episodes)", path);
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(line, &end, 10);
+  if (end == line || errno || n > LM_RECENT_MAX)
+    return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: recent holds a bad count", path);
+  r->n = 0;
+  for (const char *p = end; r->n < n; r->n++) {
+    double c = strtod(p, &end);
+    if (end == p || *end != ':' || !isfinite(c) || !(c > 0)) break;
+    p = end + 1;
+    double sum = strtod(p, &end);
+    if (end == p || !isfinite(sum) || (*end != ' ' && *end != '\n' && *end)) break;
+    r->count[r->n] = c;
+    r->sum[r->n] = sum;
+    p = end;
+  }
+  if (r->n != n) return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: recent entry %zu is not count:sum", path, r->n);
+  return LM_OK;
+}
+
 lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_ppo_config *cfg) {
   unsigned char *data = NULL;
   char *head = NULL;
@@ -416,9 +451,12 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   }
   if (!field(head, "shuffle", v, sizeof v) || !u64_of(v, &sh)) goto bad;
   if (!field(head, "rollout_run", v, sizeof v) || !u64_of(v, &run)) goto bad;
+  lm_recent rec = {.n = 0};
+  if ((st = parse_recent(path, head, &rec)) != LM_OK) goto done;
   *iter = it;
   *steps = es;
   *shuffle = sh;
+  *lm_trainer_recent_mut(t) = rec;
   lm_rollout_set_seed(lm_trainer_rollout(t), mine->seed);
   lm_rollout_set_run_index(lm_trainer_rollout(t), run);
   goto done;

@@ -1,6 +1,7 @@
 /* train/cli_train.c — `rltrain ENV [options]` (PPO training with progress, log.csv,
  * summary.json, checkpoints and --resume) and `rltrain eval CKPT` (greedy and sampled
  * returns). These print; the library they drive does not. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -69,35 +70,52 @@ static int mkdirs(const char *path) {
   return !mkdir(buf, 0777) || errno == EEXIST;
 }
 
-/* Mean return of the last `want` finished episodes, from per-iteration counts and means. */
-typedef struct window {
-  double *count, *sum;
-  size_t n, cap;
-} window;
-
-static void window_add(window *w, double count, double mean) {
-  if (w->n == w->cap) {
-    w->cap = w->cap ? 2 * w->cap : 64;
-    w->count = realloc(w->count, w->cap * sizeof *w->count);
-    w->sum = realloc(w->sum, w->cap * sizeof *w->sum);
-    if (!w->count || !w->sum) {
-      fprintf(stderr, "rltrain: out of memory\n");
-      exit(1);
+/* Removes the temporary files a killed run left in dir (checkpoints are written as
+ * NAME.tmp.<pid> and renamed; a kill between the two leaves one for ever). */
+static void remove_stale_temps(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char path[4400];
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".ckpt.tmp.")) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      remove(path);
     }
-  }
-  w->count[w->n] = count;
-  w->sum[w->n++] = count * mean;
+  closedir(d);
 }
 
-static double window_mean(const window *w, double want, double *have) {
-  double c = 0, s = 0;
-  for (size_t i = w->n; i-- > 0 && c < want;) {
-    double take = w->count[i] < want - c ? w->count[i] : want - c;
-    if (w->count[i] > 0) s += w->sum[i] * take / w->count[i];
-    c += take;
+/* On --resume: log.csv keeps its header and the rows of iterations up to the checkpoint's (a
+ * killed run logged some past it, and they are run again), rewritten through a temp file. */
+static int truncate_log(const char *path, int64_t upto) {
+  FILE *in = fopen(path, "r");
+  if (!in) return errno == ENOENT ? 1 : 0;
+  char tmp[4400];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    fclose(in);
+    return 0;
   }
-  *have = c;
-  return c > 0 ? s / c : 0;
+  char line[4096];
+  int first = 1, ok = 1;
+  while (fgets(line, sizeof line, in)) {
+    char *end;
+    long long it = strtoll(line, &end, 10);
+    if (first || (end != line && *end == ',' && it <= upto)) ok &= fputs(line, out) >= 0;
+    first = 0;
+  }
+  ok &= !ferror(in);
+  fclose(in);
+  ok &= fflush(out) == 0 && fsync(fileno(out)) == 0;
+  ok &= fclose(out) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
+    remove(tmp);
+    errno = err;
+    return 0;
+  }
+  return 1;
 }
 
 static int parse_hidden(const char *text, lm_policy_config *p) {
@@ -316,17 +334,29 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
            (long long)cfg.horizon, (long long)lm_trainer_total_iterations(t), t_ready - t_start);
     printf("kernels per iteration: %d; run directory: %s\n", lm_trainer_kernels_per_iteration(t), dir);
   }
+  remove_stale_temps(dir);
+  snprintf(path, sizeof path, "%s/checkpoints", dir);
+  remove_stale_temps(path);
   snprintf(path, sizeof path, "%s/log.csv", dir);
-  FILE *log = fopen(path, resume ? "a" : "w");
+  if (resume && !truncate_log(path, lm_trainer_iterations(t))) {
+    fprintf(stderr, "rltrain: cannot rewrite %s to the checkpoint's iteration: %s\n", path, strerror(errno));
+    lm_trainer_free(t);
+    lm_backend_free(b);
+    return 1;
+  }
+  struct stat lsb;
+  int have_log = resume && stat(path, &lsb) == 0 && lsb.st_size > 0;
+  FILE *log = fopen(path, have_log ? "a" : "w");
   if (!log) {
     fprintf(stderr, "rltrain: cannot write %s: %s\n", path, strerror(errno));
     lm_trainer_free(t);
     lm_backend_free(b);
     return 1;
   }
-  if (!resume)
-    fprintf(log, "iteration,env_steps,wall_s,episodes,mean_return,mean_length,loss,pg_loss,v_loss,entropy,approx_kl,"
-                 "clipfrac,lr,sps\n");
+  int log_bad = 0; /* a write to log.csv failed (disk full, ...) */
+  if (!have_log)
+    log_bad |= fputs("iteration,env_steps,wall_s,episodes,mean_return,mean_length,loss,pg_loss,v_loss,entropy,"
+                     "approx_kl,clipfrac,lr,sps\n", log) < 0;
   lm_viewer *viewer = NULL;
   if (view) {
     viewer = lm_viewer_new(env, 4, 960, 600, 0);
@@ -335,9 +365,9 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   char curve[4200], logpath[4200];
   snprintf(curve, sizeof curve, "%s/curve.png", dir);
   snprintf(logpath, sizeof logpath, "%s/log.csv", dir);
-  window w = {0};
   int rc = 0, solved = 0;
-  double mean100 = 0, have = 0;
+  double mean100 = lm_recent_mean(lm_trainer_recent(t), NULL), have = 0;
+  lm_recent_mean(lm_trainer_recent(t), &have);
   int64_t iters = lm_trainer_total_iterations(t);
   while (lm_trainer_iterations(t) < iters) {
     lm_iter_stats s;
@@ -346,14 +376,20 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       rc = 1;
       break;
     }
-    window_add(&w, s.episodes, s.mean_return);
-    mean100 = window_mean(&w, 100, &have);
+    mean100 = s.recent_return;
+    have = s.recent_episodes;
     double wall = now() - t_ready, sps = (double)(cfg.n_envs * cfg.horizon) / (s.rollout_s + s.update_s);
-    fprintf(log, "%lld,%lld,%.3f,%.0f,%.4f,%.2f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.1f\n", (long long)s.iteration,
-            (long long)s.env_steps, wall, s.episodes, s.mean_return, s.mean_length, (double)s.loss, (double)s.pg_loss,
-            (double)s.v_loss, (double)s.entropy, (double)s.approx_kl, (double)s.clipfrac, (double)s.lr, sps);
-    fflush(log);
-    solved = have >= 100 && mean100 >= env->solved_return;
+    log_bad |= fprintf(log, "%lld,%lld,%.3f,%.0f,%.4f,%.2f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.1f\n",
+                       (long long)s.iteration, (long long)s.env_steps, wall, s.episodes, s.mean_return, s.mean_length,
+                       (double)s.loss, (double)s.pg_loss, (double)s.v_loss, (double)s.entropy, (double)s.approx_kl,
+                       (double)s.clipfrac, (double)s.lr, sps) < 0;
+    log_bad |= fflush(log) != 0;
+    if (log_bad) {
+      fprintf(stderr, "\nrltrain: writing %s failed: %s\n", logpath, strerror(errno));
+      rc = 1;
+      break;
+    }
+    solved = have >= LM_RECENT_EPISODES && mean100 >= env->solved_return;
     if (!quiet) {
       if (tty) {
         int width = 30, filled = (int)(width * (double)s.iteration / (double)iters);
@@ -382,7 +418,11 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       snprintf(path, sizeof path, "%s/checkpoints/step-%lld.ckpt", dir, (long long)s.env_steps);
       char latest[4200];
       snprintf(latest, sizeof latest, "%s/latest.ckpt", dir);
-      if (lm_trainer_save(t, path) != LM_OK || lm_trainer_save(t, latest) != LM_OK) {
+      /* step-N first, latest last: when latest cannot be written, step-N goes too, so no
+       * step-N.ckpt is ever newer than latest.ckpt */
+      lm_status cst = lm_trainer_save(t, path);
+      if (cst == LM_OK && (cst = lm_trainer_save(t, latest)) != LM_OK) remove(path);
+      if (cst != LM_OK) {
         fprintf(stderr, "\nrltrain: checkpoint failed: %s\n", lm_last_error());
         rc = 1;
         break;
@@ -390,7 +430,10 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     }
     if (last) break;
   }
-  fclose(log);
+  if (fclose(log) != 0 && !rc) {
+    fprintf(stderr, "rltrain: writing %s failed: %s\n", logpath, strerror(errno));
+    rc = 1;
+  }
   double wall = now() - t_ready;
   if (viewer) lm_viewer_free(viewer);
   if (lm_plot_curve(logpath, curve, env->gym_id, env->solved_return) != LM_OK && !quiet)
@@ -398,22 +441,25 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   if (!quiet && tty) printf("\n");
   snprintf(path, sizeof path, "%s/summary.json", dir);
   FILE *js = fopen(path, "w");
+  int js_bad = !js;
   if (js) {
-    fprintf(js,
+    js_bad |= fprintf(js,
             "{\"env\": \"%s\", \"device\": \"%s\", \"env_steps\": %lld, \"wall_s\": %.3f, \"mean_return\": %.4f, "
             "\"episodes_in_mean\": %.0f, \"solved\": %s, \"threshold\": %.4g, \"stepper\": \"%s\", \"seed\": %llu}\n",
             env->name, lm_backend_name(b), (long long)lm_trainer_env_steps(t), wall, mean100, have,
             solved ? "true" : "false", (double)env->solved_return, cfg.stepper == LM_STEPPER_HOST ? "host" : "device",
-            (unsigned long long)cfg.seed);
-    fclose(js);
+            (unsigned long long)cfg.seed) < 0;
+    js_bad |= fclose(js) != 0;
+  }
+  if (js_bad) {
+    fprintf(stderr, "rltrain: writing %s failed: %s\n", path, strerror(errno));
+    rc = 1;
   }
   if (!quiet)
     printf("%s: %lld env steps in %.1fs (%.0f steps/s); mean return of the last %.0f episodes %.2f (threshold %g)%s\n",
            solved ? "solved" : "done", (long long)lm_trainer_env_steps(t), wall,
            (double)lm_trainer_env_steps(t) / (wall > 0 ? wall : 1), have, mean100, (double)env->solved_return,
            solved ? "" : ": not reached");
-  free(w.count);
-  free(w.sum);
   lm_trainer_free(t);
   lm_backend_free(b);
   return rc;

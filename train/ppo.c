@@ -21,6 +21,7 @@ struct lm_trainer {
   lm_policy upol;
   int64_t iter, steps, total_iters, B, M;
   uint64_t shuffle;
+  lm_recent recent; /* episodes of the last iterations, for the "solved" stop (saved in checkpoints) */
 };
 
 static const char *const upd_outputs[7] = {"loss", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm"};
@@ -414,8 +415,53 @@ lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *s) {
   s->grad_norm = v[6];
   s->rollout_s = t1 - t0;
   s->update_s = t2 - t1;
+  lm_recent_add(&t->recent, s->episodes, s->episodes * s->mean_return);
+  s->recent_return = lm_recent_mean(&t->recent, &s->recent_episodes);
   return LM_OK;
 }
+
+/* ---------------------------------------------------------------- the last episodes */
+
+/* Appends an iteration's (episodes, mean return), then drops the oldest entries the last
+ * LM_RECENT_EPISODES episodes no longer reach (and entries with no episode): what stays is
+ * exactly what lm_recent_mean reads, so a checkpoint holding it resumes the same stop. */
+void lm_recent_add(lm_recent *r, double count, double sum) {
+  if (!(count > 0)) return;
+  if (r->n == LM_RECENT_MAX) { /* only entries of under one episode each could fill it */
+    memmove(r->count, r->count + 1, (LM_RECENT_MAX - 1) * sizeof *r->count);
+    memmove(r->sum, r->sum + 1, (LM_RECENT_MAX - 1) * sizeof *r->sum);
+    r->n--;
+  }
+  r->count[r->n] = count;
+  r->sum[r->n++] = sum;
+  double c = 0;
+  size_t keep = 0;
+  for (size_t i = r->n; i-- > 0;) {
+    keep++;
+    c += r->count[i];
+    if (c >= LM_RECENT_EPISODES) break;
+  }
+  size_t drop = r->n - keep;
+  if (drop) {
+    memmove(r->count, r->count + drop, keep * sizeof *r->count);
+    memmove(r->sum, r->sum + drop, keep * sizeof *r->sum);
+    r->n = keep;
+  }
+}
+
+double lm_recent_mean(const lm_recent *r, double *episodes) {
+  double c = 0, s = 0, want = LM_RECENT_EPISODES;
+  for (size_t i = r->n; i-- > 0 && c < want;) {
+    double take = r->count[i] < want - c ? r->count[i] : want - c;
+    s += r->sum[i] * take / r->count[i];
+    c += take;
+  }
+  if (episodes) *episodes = c;
+  return c > 0 ? s / c : 0;
+}
+
+const lm_recent *lm_trainer_recent(const lm_trainer *t) { return &t->recent; }
+lm_recent *lm_trainer_recent_mut(lm_trainer *t) { return &t->recent; }
 
 int64_t lm_trainer_env_steps(const lm_trainer *t) { return t->steps; }
 int64_t lm_trainer_iterations(const lm_trainer *t) { return t->iter; }

@@ -42,9 +42,23 @@ int lm_ppo_limit(const char *key, double *lo, double *hi);
 typedef struct lm_iter_stats {
   int64_t iteration, env_steps;
   double episodes, mean_return, mean_length; /* episodes finished during this iteration */
+  double recent_return, recent_episodes;     /* mean return of the last LM_RECENT_EPISODES episodes
+                                                of the run (fewer early on: recent_episodes) */
   float lr, loss, pg_loss, v_loss, entropy, approx_kl, clipfrac, grad_norm;
   double rollout_s, update_s;                 /* wall time of the two phases */
 } lm_iter_stats;
+
+/* The episodes of the last iterations, as (episodes, sum of returns) per iteration: what the
+ * "solved" stop reads. The trainer keeps it and checkpoints save it (exactly), so a resumed run
+ * stops where the uninterrupted one does. */
+enum { LM_RECENT_EPISODES = 100, LM_RECENT_MAX = 256 };
+typedef struct lm_recent {
+  double count[LM_RECENT_MAX], sum[LM_RECENT_MAX];
+  size_t n;
+} lm_recent;
+void lm_recent_add(lm_recent *r, double episodes, double sum_of_returns);
+/* Mean return of the last LM_RECENT_EPISODES episodes (0 with none); *episodes: how many counted. */
+double lm_recent_mean(const lm_recent *r, double *episodes);
 
 typedef struct lm_trainer lm_trainer;
 
@@ -57,6 +71,7 @@ int64_t lm_trainer_iterations(const lm_trainer *t);
 int64_t lm_trainer_total_iterations(const lm_trainer *t);
 const lm_ppo_config *lm_trainer_config(const lm_trainer *t);
 lm_rollout *lm_trainer_rollout(lm_trainer *t);
+const lm_recent *lm_trainer_recent(const lm_trainer *t);
 /* Kernels launched per iteration (rollout + GAE + updates), from the programs' stats. */
 int lm_trainer_kernels_per_iteration(lm_trainer *t);
 
