@@ -11,7 +11,9 @@
  * - the bench launches a kernel cut over the thread pool as the cpu backend does;
  * - the tuning cache: a second search of the same plan takes every decision from the cache,
  *   compiles nothing and times nothing, and leaves the same code; corrupt, truncated and
- *   foreign lines are skipped, and the valid lines still apply;
+ *   foreign lines are skipped, and the valid lines still apply; a line whose term computes
+ *   something else is checked against the reference, discarded and searched again, and a valid
+ *   one written by another process is checked once per process;
  * - a zero budget leaves the default schedule; the search log names candidates and the winner;
  * - lm_search_bench runs both schedules side by side and they agree;
  * - the genetic search: crossover takes every choice from a parent (or the greedy repair),
@@ -1154,12 +1156,11 @@ static lm_search_options opts(const char *cache_dir) {
   return o;
 }
 
-/* Searches a fresh lowering of g and checks the result against the lowered plan. */
-static void search_and_check(lm_graph_t *(*make)(void), const lm_search_options *o, lm_search_report *rep,
-                             char **code, const char *what) {
+/* Searches a fresh lowering of g and checks the plan it leaves against the lowered plan. */
+static void search_and_compare(lm_graph_t *(*make)(void), const lm_search_options *o, lm_search_report *rep,
+                               char **code, const char *what) {
   lowered ref = lower(make()), l = lower(make());
   OK(lm_search_plan(l.p, test_syms, o, rep));
-  cr_assert_eq(rep->wrong, 0, "%s: %d candidates disagreed with the reference", what, rep->wrong);
   bufs in = bufs_new(ref.p, 21), want = bufs_new(ref.p, 1), got = bufs_new(ref.p, 1);
   bufs_copy(&want, &in);
   bufs_copy(&got, &in);
@@ -1173,6 +1174,13 @@ static void search_and_check(lm_graph_t *(*make)(void), const lm_search_options 
   bufs_free(&got);
   lowered_free(&ref);
   lowered_free(&l);
+}
+
+/* The same, and no candidate (nor cached decision) disagreed with the reference. */
+static void search_and_check(lm_graph_t *(*make)(void), const lm_search_options *o, lm_search_report *rep,
+                             char **code, const char *what) {
+  search_and_compare(make, o, rep, code, what);
+  cr_assert_eq(rep->wrong, 0, "%s: %d candidates disagreed with the reference", what, rep->wrong);
 }
 
 Test(search, matmul_softmax_adam_searched_plans_compute_the_same_and_time_no_wrong_candidate, .timeout = LM_TIMEOUT(280)) {
@@ -1299,6 +1307,243 @@ Test(search, corrupt_cache_lines_are_skipped_and_the_rest_still_applies, .timeou
   lm_search_report_free(&r2);
   free(code1);
   free(code2);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* ---------------------------------------------------------------- cached decisions are checked */
+
+/* The tuning-cache file of a search directory (one device: one file). */
+static void cache_file(const char *dir, char *path, size_t cap) {
+  char cmd[4400];
+  snprintf(cmd, sizeof cmd, "ls '%s'/search-*.txt", dir);
+  FILE *ls = popen(cmd, "r");
+  path[0] = 0;
+  cr_assert(ls && fgets(path, (int)cap, ls), "no cache file in %s", dir);
+  pclose(ls);
+  path[strcspn(path, "\n")] = 0;
+}
+
+/* A file's text ("" when it is missing); the caller frees it. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *text = calloc(1 << 20, 1);
+  if (f) {
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
+    text[n] = 0;
+    fclose(f);
+  }
+  return text;
+}
+
+static int occurrences(const char *text, const char *what) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+  return n;
+}
+
+/* The kernel a cache term gives kernel 0 of p, parsed and emitted as the search reads a cached
+ * winner; 0 when it does not parse or emit. */
+static int term_kernel(lm_plan *p, const char *text, lm_kernel *k) {
+  lm_sk s;
+  OK(sk_init(&s, p));
+  s.stage = SK_STAGE_KERNEL;
+  int ok = sk_add_kernel(&s, 0, 0) != LM_EG_NONE;
+  sk_term t = {0};
+  ok = ok && sk_term_parse(&s, text, &t) == LM_OK && sk_emit_kernel(&s, &t, t.root, &p->kernels[0], k) == LM_OK;
+  sk_term_free(&t);
+  sk_free(&s);
+  return ok;
+}
+
+/* Kernel 0 of p as a cache term: the lowered kernel itself (the greedy extraction of its e-graph
+ * before any rewrite); *rounding: whether the term changes rounding. */
+static char *kernel_term(lm_plan *p, int *rounding) {
+  lm_sk s;
+  OK(sk_init(&s, p));
+  s.stage = SK_STAGE_KERNEL;
+  uint32_t root = sk_add_kernel(&s, 0, 0);
+  cr_assert_neq(root, LM_EG_NONE, "%s", s.why);
+  size_t ncl = s.eg->nclasses;
+  double *cost = malloc((ncl + 1) * sizeof *cost);
+  uint32_t *best = malloc((ncl + 1) * sizeof *best);
+  sk_greedy(&s, cost, best);
+  sk_term t;
+  OK(sk_extract(&s, root, best, NULL, NULL, 0, NULL, &t));
+  sk_term_rules(&s, &t, rounding);
+  char *text = sk_term_print(&s, &t);
+  cr_assert(text);
+  sk_term_free(&t);
+  free(cost);
+  free(best);
+  sk_free(&s);
+  return text;
+}
+
+/* Term with one number changed so that it still parses and emits, stays inside its buffers and
+ * stores where kernel 0 stores, but computes something else (worse than 1e-3 relative on random
+ * inputs): the first such of every (digit, +1 .. +9) in order; NULL when there is none. *emitting:
+ * how many of the mutations tried parse and emit. */
+static char *wrong_mutation(lm_plan *p, const char *term, int *emitting) {
+  bufs in = bufs_new(p, 3), want = bufs_new(p, 1), got = bufs_new(p, 1);
+  bufs_copy(&want, &in);
+  interpret(p, &p->kernels[0], 1, &want);
+  size_t len = strlen(term);
+  char *m = malloc(len + 1);
+  *emitting = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (term[i] < '0' || term[i] > '9') continue;
+    for (int d = 1; d <= 9; d++) {
+      memcpy(m, term, len + 1);
+      m[i] = (char)('0' + (term[i] - '0' + d) % 10);
+      lm_kernel k;
+      if (!term_kernel(p, m, &k)) continue;
+      ++*emitting;
+      int same_stores = k.nstmts > 0, differs = 0;
+      for (size_t q = 0; q < k.nstmts; q++)
+        if (k.stmts[q].op == LM_S_STORE && !k.stmts[q].local && !result_buf(p, k.stmts[q].buf)) same_stores = 0;
+      bufs_copy(&got, &in);
+      if (same_stores && sk_interpret(p, &k, got.b, got.count, test_syms, 5, 1) == LM_OK)
+        for (size_t b = 0; b < p->nbufs; b++)
+          if (result_buf(p, b) && skb_compare(got.b[b], want.b[b], got.count[b], 1e-3, 1e-4) > 1) differs = 1;
+      lm_kernel_free(&k);
+      if (differs) {
+        bufs_free(&in);
+        bufs_free(&want);
+        bufs_free(&got);
+        return m;
+      }
+    }
+  }
+  free(m);
+  bufs_free(&in);
+  bufs_free(&want);
+  bufs_free(&got);
+  return NULL;
+}
+
+/* Replaces the decision of the one kernel the cache of dir holds by value; its key. */
+static uint64_t set_kernel_decision(const char *dir, const char *value) {
+  char path[4096];
+  cache_file(dir, path, sizeof path);
+  sk_cache c;
+  OK(skc_load(&c, path));
+  cr_assert_eq(c.n, 1, "%zu cache entries: expected the kernel's decision only", c.n);
+  uint64_t key = c.e[0].key;
+  OK(skc_put(&c, key, value));
+  OK(skc_save(&c));
+  skc_free(&c);
+  return key;
+}
+
+static char *kernel_decision(const char *dir, uint64_t key) {
+  char path[4096];
+  cache_file(dir, path, sizeof path);
+  sk_cache c;
+  OK(skc_load(&c, path));
+  const char *v = skc_get(&c, key);
+  char *r = strdup(v ? v : "");
+  skc_free(&c);
+  return r;
+}
+
+/* A cache line with one number of its term changed (it parses, emits and computes something
+ * else; its check is recomputed, so the cache takes it): the search checks it against the
+ * reference before applying it, discards it (searches the kernel again, and the plan computes
+ * what the lowered plan computes), writes a fresh decision over it, and a third run applies that
+ * one, not the bad one. Without the check the second run's plan is wrong on every row. */
+Test(search, a_cached_decision_that_fails_its_check_against_the_reference_is_discarded, .timeout = LM_TIMEOUT(280)) {
+  char *dir = temp_dir();
+  char log2[4200], log3[4200];
+  snprintf(log2, sizeof log2, "%s/second.log", dir);
+  snprintf(log3, sizeof log3, "%s/third.log", dir);
+  lm_search_options o = opts(dir);
+  lm_search_report r1, r2, r3;
+  search_and_check(matmul64, &o, &r1, NULL, "first run");
+  lm_search_report_free(&r1);
+  lowered l = lower(matmul64());
+  int rounding, emitting;
+  char *term = kernel_term(l.p, &rounding);
+  char *bad = wrong_mutation(l.p, term, &emitting);
+  cr_assert(bad, "no mutation of %s parses, emits and computes something else (%d emit)", term, emitting);
+  cr_log_info("%d mutations emit; the first wrong one: %s", emitting, bad);
+  size_t cap = strlen(bad) + 64;
+  char *value = malloc(cap);
+  snprintf(value, cap, "W|3.14159e-05|1.23457e-05|7|%d|0|%s", rounding, bad);
+  uint64_t key = set_kernel_decision(dir, value);
+  o.log_path = log2;
+  search_and_compare(matmul64, &o, &r2, NULL, "the run after the mutation"); /* the plan is right */
+  char *text = slurp(log2);
+  cr_assert(strstr(text, "the cached decision fails its check against the reference"), "%s", text);
+  cr_assert(strstr(text, "discarded"), "%s", text);
+  cr_assert_eq(r2.from_cache, 0, "the bad decision was counted as applied");
+  cr_assert_eq(r2.searched, 1, "the kernel was not searched again");
+  cr_assert_geq(r2.wrong, 1, "the discarded decision is not counted wrong");
+  char *now = kernel_decision(dir, key);
+  cr_assert(now[0], "no decision for the kernel after the discard");
+  cr_assert_str_neq(now, value, "the bad decision is still in the cache");
+  o.log_path = log3;
+  search_and_check(matmul64, &o, &r3, NULL, "third run");
+  char *text3 = slurp(log3);
+  cr_assert_eq(r3.searched, 0, "the third run searched again");
+  cr_assert_geq(r3.from_cache, 1);
+  cr_assert_null(strstr(text3, "discarded"), "%s", text3);
+  lm_search_report_free(&r2);
+  lm_search_report_free(&r3);
+  free(text);
+  free(text3);
+  free(now);
+  free(value);
+  free(bad);
+  lm_free(term);
+  lowered_free(&l);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* A valid decision another process wrote (here: the kernel's own lowered form) is checked the first
+ * time this process applies it, and applied unchecked, compiling nothing, the second time. */
+Test(search, a_valid_cached_decision_is_checked_once_per_process, .timeout = LM_TIMEOUT(280)) {
+  char *dir = temp_dir();
+  char loga[4200], logb[4200];
+  snprintf(loga, sizeof loga, "%s/a.log", dir);
+  snprintf(logb, sizeof logb, "%s/b.log", dir);
+  lm_search_options o = opts(dir);
+  lm_search_report r1, ra, rb;
+  search_and_check(matmul64, &o, &r1, NULL, "first run");
+  lm_search_report_free(&r1);
+  lowered l = lower(matmul64());
+  int rounding;
+  char *term = kernel_term(l.p, &rounding);
+  size_t cap = strlen(term) + 64;
+  char *value = malloc(cap);
+  snprintf(value, cap, "W|3.14159e-05|2.71828e-05|7|%d|0|%s", rounding, term);
+  uint64_t key = set_kernel_decision(dir, value);
+  o.log_path = loga;
+  search_and_check(matmul64, &o, &ra, NULL, "first application");
+  char *a = slurp(loga);
+  cr_assert_eq(ra.searched, 0, "the valid decision was not applied: %s", a);
+  cr_assert_eq(occurrences(a, "checked against the reference"), 1, "%s", a);
+  cr_assert_null(strstr(a, "discarded"), "%s", a);
+  int64_t builds = lm_cc_compile_count();
+  o.log_path = logb;
+  search_and_check(matmul64, &o, &rb, NULL, "second application");
+  char *b = slurp(logb);
+  cr_assert_eq(rb.searched, 0);
+  cr_assert_geq(rb.from_cache, 1);
+  cr_assert(strstr(b, "from the cache:"), "%s", b);
+  cr_assert_eq(occurrences(b, "checked against the reference"), 0, "checked a second time: %s", b);
+  cr_assert_eq(lm_cc_compile_count(), builds, "the second application compiled something");
+  char *now = kernel_decision(dir, key);
+  cr_assert_str_eq(now, value, "the valid decision was replaced");
+  lm_search_report_free(&ra);
+  lm_search_report_free(&rb);
+  free(a);
+  free(b);
+  free(now);
+  free(value);
+  lm_free(term);
+  lowered_free(&l);
   remove_dir(dir);
   free(dir);
 }

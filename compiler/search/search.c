@@ -12,7 +12,9 @@
  *     default.
  * Identical kernels are searched once. Every decision (winners, and "keep the default") goes into
  * the tuning cache, keyed by the kernel's canonical text, the device, the compiler and flags and
- * the size bucket of every symbol; a rerun with a warm cache builds no e-graph and times nothing. */
+ * the size bucket of every symbol; a rerun with a warm cache builds no e-graph and times nothing.
+ * A cached decision is checked against the reference (random inputs, one run) the first time a
+ * process applies it; one that fails is discarded and the kernel (or the fusion) searched again. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -951,31 +953,29 @@ static void evolve(sctx *c, job *j, const uint8_t *w, float *const *ref, double 
   lm_free(pool);
 }
 
-/* Measures a job's candidates: the reference on random inputs, then generation 0 (and, for a large
- * space, the genetic search until `until`); *winner: the candidate that replaces the kernel. */
-static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_mean, int *winner, double *gen0_s) {
-  double t0 = now_(c);
+/* The reference for job j's kernel (c[0]: its default schedule, compiled) on random inputs: the
+ * written buffers flagged in w, their results in ref (allocated here; the caller frees them), the
+ * bench left holding those inputs. The interpreter where it is quick, else, or where the default's
+ * code disagrees with it, the default schedule's code. */
+static lm_status reference(sctx *c, job *j, uint8_t *w, float **ref) {
   lm_plan *plan = c->plan;
   const lm_kernel *orig = &plan->kernels[j->ki];
-  *winner = 0;
-  uint8_t *w = lm_calloc(plan->nbufs + 1, 1);
-  float **ref = lm_calloc(plan->nbufs + 1, sizeof *ref);
   cand *d0 = &j->c[0];
-  if (!w || !ref || ensure_bench(c) != LM_OK || !d0->fn) goto done;
+  lm_status st = ensure_bench(c);
+  if (st != LM_OK) return st;
   written(plan, orig, w);
   for (size_t b = 0; b < plan->nbufs; b++)
-    if (w[b] && !(ref[b] = lm_malloc((c->bench.count[b] + 1) * sizeof(float)))) goto done;
-  uint64_t seed = c->o->seed + 1000003ull * j->ki;
-  skb_fill(&c->bench, seed);
-  /* the reference: the interpreter where it is quick, else the default schedule's code */
+    if (w[b] && !(ref[b] = lm_malloc((c->bench.count[b] + 1) * sizeof(float)))) return LM_ERR_NOMEM;
+  skb_fill(&c->bench, c->o->seed + 1000003ull * j->ki);
   int interp = kernel_work(c, orig) * (int64_t)(orig->nstmts + 1) <= 4000000;
   poison(c, w);
   if (interp && sk_interpret(plan, orig, c->bench.bufs, c->bench.count, c->syms, c->bench.seed, 7) != LM_OK) interp = 0;
+  if (!interp && !d0->fn) return lm_fail(LM_ERR_INVALID, "search: no reference for kernel %s", orig->name);
   if (!interp) skb_launch(&c->bench, &d0->k, d0->fn);
   skb_pull(&c->bench, w);
   for (size_t b = 0; b < plan->nbufs; b++)
     if (w[b]) memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
-  if (interp) { /* the default's code agrees with the interpreter */
+  if (interp && d0->fn) { /* the default's code agrees with the interpreter */
     poison(c, w);
     skb_launch(&c->bench, &d0->k, d0->fn);
     double e = check(c, w, ref, RTOL_EXACT, ATOL_EXACT);
@@ -985,6 +985,19 @@ static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_
         if (w[b]) memcpy(ref[b], c->bench.bufs[b], c->bench.count[b] * sizeof(float));
     }
   }
+  return LM_OK;
+}
+
+/* Measures a job's candidates: the reference on random inputs, then generation 0 (and, for a large
+ * space, the genetic search until `until`); *winner: the candidate that replaces the kernel. */
+static void measure_job(sctx *c, job *j, size_t slot, double until, double gen0_mean, int *winner, double *gen0_s) {
+  double t0 = now_(c);
+  lm_plan *plan = c->plan;
+  *winner = 0;
+  uint8_t *w = lm_calloc(plan->nbufs + 1, 1);
+  float **ref = lm_calloc(plan->nbufs + 1, sizeof *ref);
+  cand *d0 = &j->c[0];
+  if (!w || !ref || !d0->fn || reference(c, j, w, ref) != LM_OK) goto done;
   double remaining = c->deadline - now_(c);
   double per = remaining > 0 ? remaining / (double)(slot + 1) : 0;
   double max_s = per / (double)(j->nc + 1);
@@ -1016,6 +1029,37 @@ done:
 }
 
 /* ---------------------------------------------------------------- applying decisions */
+
+/* A cached decision is checked against the reference the first time this process applies it: a
+ * cache line can be wrong (edited, or written by a build that emitted differently) and would then
+ * break every row of the graph silently. The decisions checked, and those this process's own
+ * searches made (each checked as a candidate), are remembered for the whole process: a set of
+ * hashes of (cache key, value), open addressing, shared by every search. When it is full it stops
+ * remembering, so a decision is checked again rather than applied unchecked. */
+enum { CHECKED_CAP = 4096 };
+_Static_assert((CHECKED_CAP & (CHECKED_CAP - 1)) == 0, "CHECKED_CAP is a power of two");
+static uint64_t checked_ids[CHECKED_CAP]; /* 0: empty */
+static size_t nchecked;
+static pthread_mutex_t checked_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t decision_id(uint64_t key, const char *value) {
+  uint64_t h = lm_hash_bytes(value, strlen(value), key ^ 0x434845434B4544ull);
+  return h ? h : 1;
+}
+
+/* 1 when the decision was checked (or made) in this process; add: remember it. */
+static int decision_checked(uint64_t id, int add) {
+  pthread_mutex_lock(&checked_mu);
+  size_t i = (size_t)(id * 0x9E3779B97F4A7C15ull >> 40) & (CHECKED_CAP - 1);
+  while (checked_ids[i] && checked_ids[i] != id) i = (i + 1) & (CHECKED_CAP - 1);
+  int found = checked_ids[i] == id;
+  if (!found && add && nchecked < CHECKED_CAP / 4 * 3) {
+    checked_ids[i] = id;
+    nchecked++;
+  }
+  pthread_mutex_unlock(&checked_mu);
+  return found;
+}
 
 static lm_status emit_from_text(sctx *c, uint32_t ki, const char *text, lm_kernel *out) {
   int gpu = !strncmp(text, "gpu ", 4), pack = !strncmp(text, "pack ", 5);
@@ -1101,7 +1145,7 @@ static void put_decision(sctx *c, uint64_t key, char kind, double def, double be
   lm_sb_printf(&sb, "%c|%.6g|%.6g|%d|%d|%llx|%s", kind, def, best, ncand, rounding, (unsigned long long)rules,
                term ? term : "-");
   char *v = lm_sb_take(&sb);
-  if (v) skc_put(&c->cache, key, v);
+  if (v && skc_put(&c->cache, key, v) == LM_OK) decision_checked(decision_id(key, v), 1); /* checked as made */
   lm_free(v);
 }
 
@@ -1202,14 +1246,81 @@ void sk_trace_free(sk_trace *tr) {
   memset(tr, 0, sizeof *tr);
 }
 
+/* Checks the kernels that cached decisions give (chk[q].c[1]; c[0] the default schedule) against
+ * the reference on random inputs as candidates are checked, timing nothing: compiled together in
+ * one translation unit, the same source for the same decisions (a later process finds it in the
+ * kernel object cache). err[q]: the worst error over its tolerance (> 1 fails; INFINITY when it
+ * did not build or run). */
+static void check_cached(sctx *c, job *chk, size_t n, double *err) {
+  lm_plan *plan = c->plan;
+  uint8_t *w = lm_calloc(plan->nbufs + 1, 1), *wk = lm_calloc(plan->nbufs + 1, 1);
+  float **ref = lm_calloc(plan->nbufs + 1, sizeof *ref);
+  for (size_t q = 0; q < n; q++) err[q] = INFINITY;
+  if (!w || !wk || !ref) goto done;
+  compile_jobs(c, chk, n, 0);
+  for (size_t q = 0; q < n; q++) {
+    cand *d = &chk[q].c[1];
+    for (size_t b = 0; b < plan->nbufs; b++) lm_free(ref[b]), ref[b] = NULL;
+    if (chk[q].nc < 2 || !d->fn || reference(c, &chk[q], w, ref) != LM_OK) continue;
+    written(plan, &d->k, wk); /* it stores where the kernel stores, and (where the interpreter is quick)
+                                 only inside its buffers: else its code is never run */
+    if (memcmp(w, wk, plan->nbufs)) continue;
+    if (kernel_work(c, &d->k) * (int64_t)(d->k.nstmts + 1) <= 4000000 &&
+        sk_interpret(plan, &d->k, c->bench.bufs, c->bench.count, c->syms, c->bench.seed, 7) != LM_OK)
+      continue;
+    poison(c, w);
+    skb_launch(&c->bench, &d->k, d->fn);
+    skb_sync(&c->bench);
+    double e = check(c, w, ref, d->rounding ? RTOL_ROUND : RTOL_EXACT, d->rounding ? ATOL_ROUND : ATOL_EXACT);
+    if (c->bench.dev_status != LM_OK) { /* the device refused it */
+      c->bench.dev_status = LM_OK;
+      continue;
+    }
+    err[q] = e;
+  }
+done:
+  for (size_t b = 0; ref && b < plan->nbufs; b++) lm_free(ref[b]);
+  lm_free(ref);
+  lm_free(w);
+  lm_free(wk);
+}
+
+/* A cached winner not yet checked in this process: its kernel waits in chk[n] (c[0] the default
+ * schedule, c[1] the kernel, its term the cache value) until the cached decisions are checked. */
+static int defer_cached(sctx *c, job *chk, size_t n, uint32_t ki, uint64_t key, const char *value, int rounding,
+                        lm_kernel *k) {
+  job *j = &chk[n];
+  memset(j, 0, sizeof *j);
+  j->ki = ki;
+  j->key = key;
+  if (default_cand(c, j) != LM_OK || !LM_GROW(j->c, j->cap, 2)) {
+    lm_kernel_free(k);
+    job_free(j);
+    return 0;
+  }
+  cand *d = &j->c[1];
+  memset(d, 0, sizeof *d);
+  d->k = *k;
+  memset(k, 0, sizeof *k);
+  d->rounding = rounding;
+  snprintf(d->op, sizeof d->op, "cached");
+  j->nc = 2;
+  if (!(d->term = lm_strdup(value))) {
+    job_free(j);
+    return 0;
+  }
+  return 1;
+}
+
 static void kernel_stage(sctx *c, uint8_t *won) {
   lm_plan *plan = c->plan;
   size_t nk = plan->nkernels;
-  job *jobs = lm_calloc(nk + 1, sizeof *jobs);
+  job *jobs = lm_calloc(nk + 1, sizeof *jobs), *chk = lm_calloc(nk + 1, sizeof *chk);
   uint64_t *keys = lm_calloc(nk + 1, sizeof *keys);
   uint8_t *pending = lm_calloc(nk + 1, 1);
-  size_t nj = 0;
-  if (!jobs || !keys || !pending) goto done;
+  double *err = lm_calloc(nk + 1, sizeof *err);
+  size_t nj = 0, nchk = 0;
+  if (!jobs || !chk || !keys || !pending || !err) goto done;
   for (uint32_t i = 0; i < nk; i++) {
     lm_kernel *k = &plan->kernels[i];
     snprintf(c->kr[i].name, sizeof c->kr[i].name, "%s", k->name);
@@ -1235,14 +1346,23 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       uint64_t rules;
       const char *term;
       if (!parse_value(v, &kind, &def, &best, &ncand, &rounding, &rules, &term)) continue;
-      c->rep->from_cache++;
       lm_kernel out;
-      if (kind == 'W' && emit_from_text(c, i, term, &out) == LM_OK) {
+      int emitted = kind == 'W' && emit_from_text(c, i, term, &out) == LM_OK, unchecked = 0;
+      if (emitted && !decision_checked(decision_id(keys[i], v), 0)) { /* checked below: applied or discarded */
+        if (defer_cached(c, chk, nchk, i, keys[i], v, rounding, &out)) {
+          nchk++;
+          continue;
+        }
+        unchecked = 1; /* out of memory: not applied unchecked */
+      }
+      if (emitted && !unchecked) {
+        c->rep->from_cache++;
         replace_kernel(c, i, &out);
         won[i] = 1;
         note_kernel(c, i, def, best, 0, 0, 1, rounding, rules, term);
         logf_(c, "kernel %s: from the cache: %.2f us -> %.2f us\n", plan->kernels[i].name, 1e6 * def, 1e6 * best);
       } else {
+        c->rep->from_cache++;
         note_kernel(c, i, def, def, 0, 0, 1, 0, 0, NULL);
         logf_(c, "kernel %s: from the cache: the default schedule\n", plan->kernels[i].name);
       }
@@ -1251,6 +1371,41 @@ static void kernel_stage(sctx *c, uint8_t *won) {
     jobs[nj].ki = i;
     jobs[nj].key = keys[i];
     nj++;
+  }
+  /* cached winners first applied in this process: checked against the reference; one that fails
+   * is discarded (a default decision over it) and the kernel searched as if it had no entry */
+  if (nchk) check_cached(c, chk, nchk, err);
+  for (size_t q = 0; q < nchk; q++) {
+    job *j = &chk[q];
+    uint32_t i = j->ki;
+    const char *term = NULL;
+    char kind = 0;
+    double def = 0, best = 0;
+    int ncand = 0, rounding = 0;
+    uint64_t rules = 0;
+    parse_value(j->c[1].term, &kind, &def, &best, &ncand, &rounding, &rules, &term);
+    if (err[q] <= 1) {
+      decision_checked(decision_id(j->key, j->c[1].term), 1);
+      c->rep->from_cache++;
+      replace_kernel(c, i, &j->c[1].k);
+      won[i] = 1;
+      note_kernel(c, i, def, best, 0, 0, 1, rounding, rules, term);
+      logf_(c, "kernel %s: from the cache, checked against the reference (error %.3g x tolerance): %.2f us -> %.2f us\n",
+            plan->kernels[i].name, err[q], 1e6 * def, 1e6 * best);
+      continue;
+    }
+    c->rep->wrong++;
+    logf_(c, "kernel %s: the cached decision fails its check against the reference (error %.3g x tolerance): "
+             "discarded\n", plan->kernels[i].name, err[q]);
+    put_decision(c, j->key, 'D', def, def, 0, 0, 0, NULL);
+    pending[i] = 1;
+    int dup = 0;
+    for (size_t r = 0; r < nj; r++) dup |= jobs[r].key == j->key;
+    if (!dup) {
+      jobs[nj].ki = i;
+      jobs[nj].key = j->key;
+      nj++;
+    }
   }
   if (!nj) goto done;
   /* the default schedules, compiled together and timed: the budget goes to the slow ones */
@@ -1347,9 +1502,12 @@ static void kernel_stage(sctx *c, uint8_t *won) {
   }
 done:
   for (size_t q = 0; jobs && q < nj; q++) job_free(&jobs[q]);
+  for (size_t q = 0; chk && q < nchk; q++) job_free(&chk[q]);
   lm_free(jobs);
+  lm_free(chk);
   lm_free(keys);
   lm_free(pending);
+  lm_free(err);
 }
 
 /* ---------------------------------------------------------------- stage 1: the plan */
@@ -1427,11 +1585,14 @@ static double time_seq(sctx *c, const lm_kernel *ks, void **fns, size_t n, doubl
 }
 
 /* Times the plan's kernels against the fused ones on the same inputs; 1 when the fused plan is
- * correct and faster. */
-static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, double *t_new) {
+ * correct and faster. t_old NULL: checks them only (a cached fusion), 1 when the fused plan is
+ * correct. *err: the fused plan's worst error over the tolerance (> 1 fails; INFINITY when it
+ * could not run). */
+static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, double *t_new, double *err) {
   lm_plan *plan = c->plan;
   size_t no = plan->nkernels;
   int ok = 0;
+  *err = INFINITY;
   /* both plans as they would run: after the default schedule's rewrite of each kernel */
   lm_kernel *oks = lm_calloc(no + 1, sizeof *oks), *nks = lm_calloc(nn + 1, sizeof *nks);
   for (size_t i = 0; oks && nks && i < no; i++)
@@ -1481,7 +1642,12 @@ static int judge_plan(sctx *c, lm_kernel *nks_in, size_t nn, double *t_old, doub
   poison(c, w);
   for (size_t i = 0; i < nn; i++) skb_launch(&c->bench, &nks[i], fn[i]);
   double e = check(c, w, ref, RTOL_EXACT, ATOL_EXACT);
-  if (e > 1) {
+  *err = e;
+  if (!t_old) {
+    ok = e <= 1;
+    goto done;
+  }
+  if (!(e <= 1)) {
     c->rep->wrong++;
     logf_(c, "plan: the fused plan is WRONG (error %.3g x tolerance)\n", e);
     goto done;
@@ -1547,14 +1713,39 @@ static void plan_stage(sctx *c) {
   lm_kernel *nks = NULL;
   size_t nn = 0;
   if (root == LM_EG_NONE) goto done;
-  if (cached) {
-    if (sk_term_parse(&s, term, &t) == LM_OK && emit_plan(c, &s, &t, &nks, &nn) == LM_OK) {
+  if (cached) { /* checked against the unfused plan the first time this process applies it */
+    if (sk_term_parse(&s, term, &t) != LM_OK || emit_plan(c, &s, &t, &nks, &nn) != LM_OK) goto done;
+    uint64_t id = decision_id(key, cached);
+    double e = 0;
+    int before = decision_checked(id, 0);
+    if (before || judge_plan(c, nks, nn, NULL, NULL, &e)) {
+      decision_checked(id, 1);
       c->rep->from_cache++;
-      logf_(c, "plan: from the cache: %zu kernels -> %zu\n", plan->nkernels, nn);
+      if (before) logf_(c, "plan: from the cache: %zu kernels -> %zu\n", plan->nkernels, nn);
+      else
+        logf_(c, "plan: from the cache, checked against the reference (error %.3g x tolerance): %zu kernels -> %zu\n",
+              e, plan->nkernels, nn);
       set_kernels(c, nks, nn);
       nks = NULL;
+      goto done;
     }
-    goto done;
+    /* discarded: a default decision over it, and the fusion searched as if there were no entry */
+    c->rep->wrong++;
+    logf_(c, "plan: the cached kernel fusion fails its check against the reference (error %.3g x tolerance): "
+             "discarded\n", e);
+    put_decision(c, key, 'D', 0, 0, 0, 0, 0, NULL);
+    cached = NULL;
+    term = NULL;
+    for (size_t i = 0; i < nn; i++) lm_kernel_free(&nks[i]);
+    lm_free(nks);
+    nks = NULL;
+    nn = 0;
+    sk_term_free(&t);
+    sk_free(&s);
+    if (sk_init(&s, plan) != LM_OK) return;
+    s.stage = SK_STAGE_PLAN;
+    s.rounding = 0;
+    if ((root = plan_root(&s, plan)) == LM_EG_NONE) goto done;
   }
   if (c->dev && c->o->budget_s < 30) { /* judging builds two whole plans: a device compiler is slow */
     logf_(c, "plan: kernel fusion not tried: on a device a search under 30 s keeps its budget for the kernels\n");
@@ -1594,7 +1785,8 @@ static void plan_stage(sctx *c) {
   }
   if (nn && nn < plan->nkernels) {
     double t_old = 0, t_new = 0;
-    int ok = judge_plan(c, nks, nn, &t_old, &t_new);
+    double e;
+    int ok = judge_plan(c, nks, nn, &t_old, &t_new, &e);
     logf_(c, "plan: default %.2f us, fused %.2f us: %s\n", 1e6 * t_old, 1e6 * t_new, ok ? "fused" : "kept");
     char *tt = ok ? sk_term_print(&s, &t) : NULL;
     if (!ok || tt) put_decision(c, key, ok ? 'P' : 'D', t_old, t_new, 1, 0, 0, tt);
