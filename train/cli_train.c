@@ -118,6 +118,47 @@ static int truncate_log(const char *path, int64_t upto) {
   return 1;
 }
 
+/* DIR/settings.txt: everything a run was resolved to (env, device, stop rule, checkpoint
+ * interval and every PPO setting, defaults included), written at its start; --resume reads the
+ * run-level ones back (the PPO settings come from the checkpoint itself). */
+static int write_run_settings(const char *path, const lm_env_spec *env, const lm_ppo_config *cfg, int stop,
+                              long every, const char *device) {
+  char text[2048], tmp[4400];
+  lm_ppo_config_print(cfg, text, sizeof text);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return 0;
+  int ok = fprintf(f, "env = %s\ndevice = %s\nstop = %d\ncheckpoint_every = %ld\n%s", env->name, device, stop, every,
+                   text) > 0;
+  ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
+    remove(tmp);
+    errno = err;
+    return 0;
+  }
+  return 1;
+}
+
+/* stop and checkpoint_every from a settings.txt (1 with them set; 1 leaving them if there is no
+ * file; 0 when the file is there but they are missing or malformed). */
+static int read_run_settings(const char *path, long *stop, long *every) {
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT;
+  char line[512];
+  int have = 0;
+  while (fgets(line, sizeof line, f)) {
+    long v;
+    char rest;
+    if (sscanf(line, "stop = %ld%c", &v, &rest) == 2 && rest == '\n' && (v == 0 || v == 1)) *stop = v, have |= 1;
+    if (sscanf(line, "checkpoint_every = %ld%c", &v, &rest) == 2 && rest == '\n' && v >= 1 && v <= 1000000000)
+      *every = v, have |= 2;
+  }
+  fclose(f);
+  return have == 3;
+}
+
 static int parse_hidden(const char *text, lm_policy_config *p) {
   p->layers = 0;
   const char *s = text;
@@ -187,7 +228,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       train_usage(stdout);
       return 0;
     }
-    if (!strcmp(o, "--no-stop")) { stop = 0; continue; }
+    if (!strcmp(o, "--no-stop")) { stop = 0; GIVEN("stop"); continue; }
     if (!strcmp(o, "--view")) { view = 1; continue; }
     if (!strcmp(o, "--quiet")) { quiet = 1; continue; }
     if (!strcmp(o, "--no-anneal")) { cfg.anneal_lr = 0; GIVEN("anneal_lr"); continue; }
@@ -250,6 +291,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       long long e;
       if (!lm_cli_int(o, a, 1, 1000000000, &e)) return LM_CLI_USAGE;
       every = (long)e;
+      GIVEN("checkpoint_every");
     } else if (!strcmp(o, "--search-budget")) {
       if (!lm_cli_real(o, a, 0, 86400, &v)) return LM_CLI_USAGE;
       setenv("LUMEN_SEARCH_BUDGET", a, 1); /* read when the backend compiles */
@@ -288,6 +330,26 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       cfg.total_steps = total;
     }
     snprintf(dir, sizeof dir, "%s", resume);
+    /* the run's own stop rule and checkpoint interval (settings.txt; runs before it had the defaults) */
+    long run_stop = 1, run_every = 10;
+    snprintf(path, sizeof path, "%s/settings.txt", dir);
+    if (!read_run_settings(path, &run_stop, &run_every)) {
+      fprintf(stderr, "rltrain: cannot resume: %s is malformed\n", path);
+      return LM_CLI_USAGE;
+    }
+    int differ = 0;
+    for (int g = 0; g < ngiven; g++) {
+      long mine = !strcmp(given[g], "stop") ? stop : !strcmp(given[g], "checkpoint_every") ? every : -1;
+      long theirs = !strcmp(given[g], "stop") ? run_stop : run_every;
+      if (mine >= 0 && mine != theirs) {
+        fprintf(stderr, "rltrain: --resume %s: %s = %ld on the command line, %ld in the run\n", resume, given[g], mine,
+                theirs);
+        differ = 1;
+      }
+    }
+    if (differ) return LM_CLI_USAGE;
+    stop = (int)run_stop;
+    every = run_every;
   } else if (out) snprintf(dir, sizeof dir, "%s", out);
   else {
     time_t t = time(NULL);
@@ -308,6 +370,14 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     fprintf(stderr, "rltrain: cannot create %s: %s\n", path, strerror(errno));
     lm_backend_free(b);
     return 1;
+  }
+  if (!resume) {
+    snprintf(path, sizeof path, "%s/settings.txt", dir);
+    if (!write_run_settings(path, env, &cfg, stop, every, device)) {
+      fprintf(stderr, "rltrain: cannot write %s: %s\n", path, strerror(errno));
+      lm_backend_free(b);
+      return 1;
+    }
   }
   double t_start = now();
   lm_trainer *t = lm_trainer_new(b, env, &cfg);
