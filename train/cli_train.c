@@ -85,6 +85,20 @@ static void remove_stale_temps(const char *dir) {
   closedir(d);
 }
 
+/* Ends writing the temp file f (ok: every write so far succeeded): flushed to disk and renamed
+ * over path, or removed; 1 when path now holds it (errno tells why not). */
+static int commit_temp(FILE *f, int ok, const char *tmp, const char *path) {
+  ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
+    remove(tmp);
+    errno = err;
+    return 0;
+  }
+  return 1;
+}
+
 /* On --resume: log.csv keeps its header and the rows of iterations up to the checkpoint's (a
  * killed run logged some past it, and they are run again), rewritten through a temp file. */
 static int truncate_log(const char *path, int64_t upto) {
@@ -107,15 +121,7 @@ static int truncate_log(const char *path, int64_t upto) {
   }
   ok &= !ferror(in);
   fclose(in);
-  ok &= fflush(out) == 0 && fsync(fileno(out)) == 0;
-  ok &= fclose(out) == 0;
-  if (!ok || rename(tmp, path) != 0) {
-    int err = errno;
-    remove(tmp);
-    errno = err;
-    return 0;
-  }
-  return 1;
+  return commit_temp(out, ok, tmp, path);
 }
 
 /* DIR/settings.txt: everything a run was resolved to (env, device, stop rule, checkpoint
@@ -130,15 +136,7 @@ static int write_run_settings(const char *path, const lm_env_spec *env, const lm
   if (!f) return 0;
   int ok = fprintf(f, "env = %s\ndevice = %s\nstop = %d\ncheckpoint_every = %ld\n%s", env->name, device, stop, every,
                    text) > 0;
-  ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok &= fclose(f) == 0;
-  if (!ok || rename(tmp, path) != 0) {
-    int err = errno;
-    remove(tmp);
-    errno = err;
-    return 0;
-  }
-  return 1;
+  return commit_temp(f, ok, tmp, path);
 }
 
 /* stop and checkpoint_every from a settings.txt (1 with them set; 1 leaving them if there is no
