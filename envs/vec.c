@@ -58,6 +58,8 @@ lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, c
                             const float *action, float *next, float *obs, float *reward, float *terminated) {
   if (!env || !b || !state || !action || !next || !obs || !reward || !terminated)
     return lm_fail(LM_ERR_INVALID, "lm_env_step_batch: a NULL argument");
+  lm_status vst = lm_env_validate(env);
+  if (vst != LM_OK) return vst;
   if (!n) return LM_OK;
   size_t S = (size_t)env->state_size, A = (size_t)lm_env_action_size(env), O = (size_t)env->obs_size;
   lm_graph_t *g = lm_graph_new();

@@ -165,6 +165,12 @@ lm_rollout *lm_rollout_new(lm_backend_t *b, const lm_env_spec *env, const lm_pol
             (long long)n_envs, (long long)horizon);
     return NULL;
   }
+  if (lm_env_validate(env) != LM_OK) return NULL;
+  if (stepper == LM_STEPPER_HOST && !env->ref_step) {
+    lm_fail(LM_ERR_INVALID, "rollout: env %s has no reference stepper (ref_step): the host stepper needs one; "
+                            "use the device stepper", env->name);
+    return NULL;
+  }
   lm_rollout *r = lm_calloc(1, sizeof *r);
   if (!r) return NULL;
   r->env = env;

@@ -105,11 +105,23 @@ void lm_env_ref_random_action(const lm_env_spec *env, uint64_t seed, uint64_t en
 /* Floats per action: 1 for discrete spaces (the index), n for boxes. */
 int lm_env_action_size(const lm_env_spec *env);
 
-/* The registry: every env compiled into this build. */
+/* The env contract, checked where an env meets lumen: a name, the reset, step and observe
+ * graphs (a reference stepper is optional, but all three of ref_reset, ref_step and ref_observe
+ * or none), sizes within the LM_ENV_MAX_* limits, a sane action space and time limit, and, on a
+ * trial build over 3 envs, reset [N, state_size], step's state [N, state_size], reward [N] and
+ * terminated [N], observe [N, obs_size], all in the graph passed in. LM_OK, or LM_ERR_INVALID
+ * with a message naming the env, the field and both shapes (and the graph's own first error). */
+lm_status lm_env_validate(const lm_env_spec *env);
+
+/* The registry: every env compiled into this build, then those added by lm_env_register. */
 int lm_env_count(void);
 const lm_env_spec *lm_env_at(int i);
 /* By name or Gymnasium id, case-insensitive; NULL (and lm_last_error) when unknown. */
 const lm_env_spec *lm_env_find(const char *name);
+/* Adds an env (checked by lm_env_validate; its name and Gymnasium id must be new) for the rest
+ * of the process: lm_env_find and lm_env_at see it, and so does everything that takes an env by
+ * name. The spec must outlive its use. Registering the same spec twice is a no-op. */
+lm_status lm_env_register(const lm_env_spec *env);
 
 /* The batched env with time limit and same-step auto-reset, as graph values. Reads and
  * assigns two STATE inputs, named prefix + "state" ([N, state_size]) and prefix + "t"

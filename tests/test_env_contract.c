@@ -1,0 +1,145 @@
+/* tests/test_env_contract.c — the env contract (lm_env_validate) and the run-time registry
+ * (lm_env_register): every built-in env passes; each easy mistake a new user makes is refused
+ * with a message naming the env, the field and both shapes, where an env meets lumen (the
+ * trainer, the rollout, lm_env_step_batch), instead of training on garbage or crashing. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lumen/lumen.h"
+
+static const lm_env_spec *cartpole(void) {
+  const lm_env_spec *e = lm_env_find("cartpole");
+  cr_assert(e, "%s", lm_last_error());
+  return e;
+}
+
+/* a copy of cartpole under another name, for one mistake at a time */
+static lm_env_spec variant(const char *name) {
+  lm_env_spec e = *cartpole();
+  e.name = name;
+  e.gym_id = NULL;
+  return e;
+}
+
+static void refused(const lm_env_spec *e, const char *const *says) {
+  cr_assert_eq(lm_env_validate(e), LM_ERR_INVALID, "%s was accepted", e->name);
+  char msg[2048];
+  snprintf(msg, sizeof msg, "%s", lm_last_error());
+  cr_log_info("%s", msg);
+  for (const char *const *s = says; *s; s++) cr_assert(strstr(msg, *s), "the message lacks '%s': %s", *s, msg);
+  cr_assert_eq(lm_env_register(e), LM_ERR_INVALID, "%s was registered", e->name);
+  lm_backend_t *b = lm_backend_new("ref");
+  cr_assert(b);
+  lm_ppo_config c = lm_ppo_defaults(NULL);
+  c.n_envs = 4, c.horizon = 8, c.minibatches = 2;
+  lm_trainer *t = lm_trainer_new(b, e, &c);
+  cr_assert_null(t, "the trainer took %s", e->name);
+  cr_assert(strstr(lm_last_error(), e->name), "the trainer's message does not name the env: %s", lm_last_error());
+  float st[16] = {0}, act[8] = {0}, next[16], obs[16], rew[1], term[1];
+  cr_assert_neq(lm_env_step_batch(e, b, 1, st, act, next, obs, rew, term), LM_OK);
+  lm_backend_free(b);
+}
+
+/* the shapes a broken step can give */
+static void step_reward_column(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *out) {
+  cartpole()->step(g, s, a, out);
+  out->reward = lm_reshape(out->reward, 2, (lm_dim[]){lm_dim_of(out->reward, 0), 1});
+}
+
+static void step_narrow_state(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *out) {
+  cartpole()->step(g, s, a, out);
+  out->state = lm_slice(out->state, 1, 0, 2); /* [N, 2] for a state of 4 */
+}
+
+static void step_bad_broadcast(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *out) {
+  cartpole()->step(g, s, a, out);
+  out->state = lm_add(out->state, lm_slice(s, 1, 0, 3)); /* [N, 4] + [N, 3] */
+}
+
+static lm_graph_t *other;
+static lm_tensor observe_elsewhere(lm_graph_t *g, lm_tensor s) {
+  (void)g;
+  (void)s;
+  if (!other) other = lm_graph_new();
+  return lm_input(other, "obs", LM_ROLE_DATA, 2, (lm_dim[]){3, 4});
+}
+
+Test(env_contract, every_registered_env_passes) {
+  for (int i = 0; i < lm_env_count(); i++)
+    cr_assert_eq(lm_env_validate(lm_env_at(i)), LM_OK, "%s: %s", lm_env_at(i)->name, lm_last_error());
+}
+
+Test(env_contract, a_reward_of_shape_n_by_1_is_refused_with_both_shapes) {
+  lm_env_spec e = variant("rewardcol");
+  e.step = step_reward_column;
+  refused(&e, (const char *const[]){"rewardcol", "reward", "[3, 1]", "expected [3]", NULL});
+}
+
+Test(env_contract, a_state_of_the_wrong_width_is_refused_with_both_shapes) {
+  lm_env_spec e = variant("narrow");
+  e.step = step_narrow_state;
+  refused(&e, (const char *const[]){"narrow", "step's state", "[3, 2]", "expected [3, 4]", NULL});
+}
+
+Test(env_contract, a_failed_broadcast_inside_the_step_is_reported_as_the_first_error) {
+  lm_env_spec e = variant("badcast");
+  e.step = step_bad_broadcast;
+  refused(&e, (const char *const[]){"badcast", "step's state", "first error", "broadcast", NULL});
+}
+
+Test(env_contract, a_node_from_another_graph_is_refused) {
+  lm_env_spec e = variant("elsewhere");
+  e.observe = observe_elsewhere;
+  refused(&e, (const char *const[]){"elsewhere", "observation", "another graph", NULL});
+  lm_graph_free(other);
+}
+
+Test(env_contract, missing_callbacks_sizes_over_the_limits_and_a_zero_time_limit_are_refused) {
+  lm_env_spec e = variant("nostep");
+  e.step = NULL;
+  refused(&e, (const char *const[]){"nostep", "step", "NULL", NULL});
+  e = variant("halfref");
+  e.ref_observe = NULL;
+  refused(&e, (const char *const[]){"halfref", "ref_observe", NULL});
+  e = variant("wideobs");
+  e.obs_size = 50;
+  refused(&e, (const char *const[]){"wideobs", "obs_size = 50", "16", NULL});
+  e = variant("nolimit");
+  e.time_limit = 0;
+  refused(&e, (const char *const[]){"nolimit", "time_limit = 0", NULL});
+  e = variant("oneaction");
+  e.action.n = 1;
+  refused(&e, (const char *const[]){"oneaction", "1 actions", NULL});
+  e = variant("bad name");
+  refused(&e, (const char *const[]){"bad name", "letters", NULL});
+}
+
+Test(env_contract, an_env_without_a_reference_stepper_is_valid_but_the_host_stepper_refuses_it) {
+  lm_env_spec e = variant("graphonly");
+  e.ref_reset = NULL, e.ref_step = NULL, e.ref_observe = NULL;
+  cr_assert_eq(lm_env_validate(&e), LM_OK, "%s", lm_last_error());
+  lm_backend_t *b = lm_backend_new("ref");
+  lm_policy_config pc = lm_policy_default();
+  lm_rollout *r = lm_rollout_new(b, &e, &pc, 4, 8, LM_STEPPER_HOST);
+  cr_assert_null(r);
+  cr_assert(strstr(lm_last_error(), "graphonly") && strstr(lm_last_error(), "ref_step"), "%s", lm_last_error());
+  lm_backend_free(b);
+}
+
+Test(env_contract, registered_envs_are_found_by_name_once_and_names_do_not_collide) {
+  static lm_env_spec mine;
+  mine = variant("mycartpole");
+  int n = lm_env_count();
+  cr_assert_null(lm_env_find("mycartpole"));
+  cr_assert_eq(lm_env_register(&mine), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_env_find("MyCartPole"), &mine);
+  cr_assert_eq(lm_env_count(), n + 1);
+  cr_assert_eq(lm_env_at(n), &mine);
+  cr_assert_eq(lm_env_register(&mine), LM_OK); /* the same spec again */
+  cr_assert_eq(lm_env_count(), n + 1);
+  static lm_env_spec clash;
+  clash = variant("cartpole");
+  cr_assert_eq(lm_env_register(&clash), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "registered already"), "%s", lm_last_error());
+}
