@@ -3,6 +3,7 @@
  * with a message naming the env, the field and both shapes, where an env meets lumen (the
  * trainer, the rollout, lm_env_step_batch), instead of training on garbage or crashing. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,4 +143,51 @@ Test(env_contract, registered_envs_are_found_by_name_once_and_names_do_not_colli
   clash = variant("cartpole");
   cr_assert_eq(lm_env_register(&clash), LM_ERR_INVALID);
   cr_assert(strstr(lm_last_error(), "registered already"), "%s", lm_last_error());
+}
+
+/* The graph stepper stands in for the reference stepper: for every env that has both, its
+ * resets are ref_reset's bit for bit (env i is row i) and a step from each reset state agrees
+ * with ref_step within the env's check tolerances (terminated exactly). */
+Test(env_stepper, resets_equal_ref_reset_and_steps_agree_with_ref_step) {
+  lm_backend_t *b = lm_backend_new("ref");
+  cr_assert(b);
+  enum { N = 5 };
+  for (int i = 0; i < lm_env_count(); i++) {
+    const lm_env_spec *e = lm_env_at(i);
+    if (!e->ref_step) continue;
+    lm_env_stepper *s = lm_env_stepper_new(e, b, N);
+    cr_assert(s, "%s: %s", e->name, lm_last_error());
+    cr_assert_eq(lm_env_stepper_envs(s), N);
+    int S = e->state_size, O = e->obs_size, A = lm_env_action_size(e);
+    float st[N * 16], next[N * 16], obs[N * 16], rew[N], term[N], act[N * 8];
+    cr_assert_eq(lm_env_stepper_reset(s, 42, 3, st), LM_OK, "%s", lm_last_error());
+    for (int k = 0; k < N; k++) {
+      float ref[16];
+      e->ref_reset(ref, 42, (uint64_t)k, 3);
+      cr_assert(!memcmp(ref, st + k * S, (size_t)S * sizeof *ref), "%s: env %d's reset differs from ref_reset", e->name,
+                k);
+      lm_env_ref_random_action(e, 9, (uint64_t)k, 0, act + k * A);
+    }
+    cr_assert_eq(lm_env_stepper_step(s, N, st, act, next, obs, rew, term), LM_OK, "%s", lm_last_error());
+    for (int k = 0; k < N; k++) {
+      float ref[16], robs[16];
+      int t;
+      memcpy(ref, st + k * S, (size_t)S * sizeof *ref);
+      float r = e->ref_step(ref, act + k * A, &t);
+      e->ref_observe(ref, robs);
+      for (int c = 0; c < S; c++)
+        cr_assert(fabsf(ref[c] - next[k * S + c]) <= e->check_atol + e->check_rtol * fabsf(ref[c]),
+                  "%s env %d state[%d]: graph %g, ref %g", e->name, k, c, (double)next[k * S + c], (double)ref[c]);
+      for (int c = 0; c < O; c++)
+        cr_assert(fabsf(robs[c] - obs[k * O + c]) <= e->check_atol + e->check_rtol * fabsf(robs[c]),
+                  "%s env %d obs[%d]", e->name, k, c);
+      cr_assert(fabsf(r - rew[k]) <= e->reward_atol + e->reward_rtol * fabsf(r), "%s env %d reward", e->name, k);
+      cr_assert_eq((int)term[k], t, "%s env %d terminated", e->name, k);
+    }
+    float o2[N * 16];
+    cr_assert_eq(lm_env_stepper_observe(s, N, next, o2), LM_OK);
+    cr_assert(!memcmp(o2, obs, (size_t)(N * O) * sizeof *o2), "%s: observe differs from the step's obs", e->name);
+    lm_env_stepper_free(s);
+  }
+  lm_backend_free(b);
 }

@@ -545,20 +545,31 @@ static double rng_uniform(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 0
 
 /* Episodes with the policy on the device (obs in, logits or mean out) and the env stepped by
  * the reference stepper; greedy takes the argmax or the mean, sampled draws from the policy. */
-static int evaluate(const lm_env_spec *env, lm_program_t *prog, const lm_policy *pol, int episodes, int greedy,
-                    uint64_t seed, double *mean_out) {
+/* Episode ep starts where ref_reset(seed + 7, ep, 0) puts it; an env without a reference stepper
+ * is stepped through its graphs (gs, whose reset row ep is the same state). */
+static int evaluate(const lm_env_spec *env, lm_env_stepper *gs, lm_program_t *prog, const lm_policy *pol,
+                    int episodes, int greedy, uint64_t seed, double *mean_out) {
   float state[LM_ENV_MAX_STATE], obs[LM_ENV_MAX_OBS], act[LM_ENV_MAX_ACT], out[LM_ENV_MAX_ACT];
+  float *starts = NULL;
   uint64_t rs = seed;
   double total = 0;
-  int disc = env->action.kind == LM_SPACE_DISCRETE, n = env->action.n;
+  int disc = env->action.kind == LM_SPACE_DISCRETE, n = env->action.n, S = env->state_size;
+  if (gs) {
+    starts = malloc((size_t)episodes * (size_t)S * sizeof *starts);
+    if (!starts || lm_env_stepper_reset(gs, seed + 7, 0, starts) != LM_OK) {
+      free(starts);
+      return 0;
+    }
+  }
   for (int ep = 0; ep < episodes; ep++) {
-    env->ref_reset(state, seed + 7, (uint64_t)ep, 0);
+    if (gs) memcpy(state, starts + (size_t)ep * (size_t)S, (size_t)S * sizeof *state);
+    else env->ref_reset(state, seed + 7, (uint64_t)ep, 0);
+    if (gs ? lm_env_stepper_observe(gs, 1, state, obs) != LM_OK : (env->ref_observe(state, obs), 0)) goto fail;
     double ret = 0;
     for (int t = 0; t < env->time_limit; t++) {
-      env->ref_observe(state, obs);
       if (lm_program_write(prog, "obs", obs, (size_t)env->obs_size) || lm_program_run(prog) ||
           lm_program_read(prog, "head", out, (size_t)n))
-        return 0;
+        goto fail;
       if (disc) {
         int best = 0;
         if (greedy)
@@ -575,21 +586,34 @@ static int evaluate(const lm_env_spec *env, lm_program_t *prog, const lm_policy 
         act[0] = (float)best;
       } else {
         float ls[LM_ENV_MAX_ACT];
-        if (lm_program_read(prog, "pi.log_std", ls, (size_t)n)) return 0;
+        if (lm_program_read(prog, "pi.log_std", ls, (size_t)n)) goto fail;
         for (int k = 0; k < n; k++) {
           double z = sqrt(-2 * log(rng_uniform(&rs))) * cos(2 * M_PI * rng_uniform(&rs));
           act[k] = greedy ? out[k] : (float)(out[k] + exp(ls[k]) * z);
         }
       }
       int term = 0;
-      ret += env->ref_step(state, act, &term);
+      if (gs) {
+        float next[LM_ENV_MAX_STATE], r, done;
+        if (lm_env_stepper_step(gs, 1, state, act, next, obs, &r, &done) != LM_OK) goto fail;
+        memcpy(state, next, (size_t)S * sizeof *state);
+        ret += r;
+        term = done != 0;
+      } else {
+        ret += env->ref_step(state, act, &term);
+        env->ref_observe(state, obs);
+      }
       if (term) break;
     }
     total += ret;
   }
+  free(starts);
   (void)pol;
   *mean_out = total / episodes;
   return 1;
+fail:
+  free(starts);
+  return 0;
 }
 
 int lm_cli_eval(int argc, char **argv) {
@@ -647,6 +671,7 @@ int lm_cli_eval(int argc, char **argv) {
   int rc = 1;
   lm_graph_t *g = lm_graph_new();
   lm_program_t *p = NULL;
+  lm_env_stepper *gs = NULL; /* the env's graphs, when it has no reference stepper */
   lm_policy pol;
   if (!t || !g) goto done;
   lm_status lst = lm_trainer_load(t, path);
@@ -670,13 +695,15 @@ int lm_cli_eval(int argc, char **argv) {
     if (fail) goto done;
   }
   double greedy, sampled;
-  if (!evaluate(env, p, &pol, episodes, 1, seed, &greedy) || !evaluate(env, p, &pol, episodes, 0, seed, &sampled))
+  if (!env->ref_step && !(gs = lm_env_stepper_new(env, b, (size_t)episodes))) goto done;
+  if (!evaluate(env, gs, p, &pol, episodes, 1, seed, &greedy) || !evaluate(env, gs, p, &pol, episodes, 0, seed, &sampled))
     goto done;
   printf("%s: %d episodes on %s: greedy mean return %.2f, sampled mean return %.2f (threshold %g)\n", env->name,
          episodes, lm_backend_name(b), greedy, sampled, (double)env->solved_return);
   rc = 0;
 done:
   if (rc) fprintf(stderr, "rltrain eval: %s\n", lm_last_error());
+  lm_env_stepper_free(gs);
   lm_program_free(p);
   lm_graph_free(g);
   lm_trainer_free(t);

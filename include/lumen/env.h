@@ -144,6 +144,20 @@ lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *pre
 lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, const float *state,
                             const float *action, float *next, float *obs, float *reward, float *terminated);
 
+/* An env stepped through its own graphs, compiled once on backend b: the stand-in for the scalar
+ * reference stepper of an env that has none. lm_env_stepper_reset writes [n, state_size]: row i
+ * is what the reset graph (and ref_reset) gives env i under (seed, run). step and observe take
+ * any batch of up to any size (N is a symbol): state [m, S] and action [m, action size] in;
+ * next [m, S], obs [m, O], reward [m] and terminated [m] out. */
+typedef struct lm_env_stepper lm_env_stepper;
+lm_env_stepper *lm_env_stepper_new(const lm_env_spec *env, lm_backend_t *b, size_t n);
+void lm_env_stepper_free(lm_env_stepper *s);
+size_t lm_env_stepper_envs(const lm_env_stepper *s);
+lm_status lm_env_stepper_reset(lm_env_stepper *s, uint64_t seed, uint64_t run, float *state);
+lm_status lm_env_stepper_step(lm_env_stepper *s, size_t m, const float *state, const float *action, float *next,
+                              float *obs, float *reward, float *terminated);
+lm_status lm_env_stepper_observe(lm_env_stepper *s, size_t m, const float *state, float *obs);
+
 #ifdef __cplusplus
 }
 #endif
