@@ -212,4 +212,5 @@ const lm_env_spec lm_env_acrobot = {
     .ref_step = ab_ref_step,
     .ref_observe = ab_ref_observe,
     .draw = ab_draw,
+    .train_defaults = "total_steps = 500000\nent_coef = 0\n",
 };

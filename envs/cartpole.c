@@ -129,4 +129,5 @@ const lm_env_spec lm_env_cartpole = {
     .ref_step = cp_ref_step,
     .ref_observe = cp_ref_observe,
     .draw = cp_draw,
+    .train_defaults = "total_steps = 300000\n",
 };

@@ -117,4 +117,5 @@ const lm_env_spec lm_env_mountaincar = {
     .ref_step = mc_ref_step,
     .ref_observe = mc_ref_observe,
     .draw = mc_draw,
+    .train_defaults = "total_steps = 1000000\n",
 };

@@ -108,4 +108,5 @@ const lm_env_spec lm_env_mountaincar_continuous = {
     .ref_step = mcc_ref_step,
     .ref_observe = mcc_ref_observe,
     .draw = mcc_draw,
+    .train_defaults = "envs = 32\nsteps = 256\ntotal_steps = 1000000\nlr = 0.001\ngamma = 0.95\nent_coef = 0\nepochs = 10\nminibatches = 32\n",
 };

@@ -120,4 +120,5 @@ const lm_env_spec lm_env_pendulum = {
     .ref_step = pd_ref_step,
     .ref_observe = pd_ref_observe,
     .draw = pd_draw,
+    .train_defaults = "envs = 32\nsteps = 256\ntotal_steps = 1000000\nlr = 0.001\ngamma = 0.95\nent_coef = 0\nepochs = 10\nminibatches = 32\n",
 };

@@ -129,4 +129,5 @@ const lm_env_spec lm_env_pointmass = {
     .ref_step = pm_ref_step,
     .ref_observe = pm_ref_observe,
     .draw = pm_draw,
+    .train_defaults = "envs = 32\nsteps = 256\ntotal_steps = 1000000\nlr = 0.001\ngamma = 0.95\nent_coef = 0\nepochs = 10\nminibatches = 32\n",
 };

@@ -191,3 +191,49 @@ Test(env_stepper, resets_equal_ref_reset_and_steps_agree_with_ref_step) {
   }
   lm_backend_free(b);
 }
+
+/* Training settings live with the env (train_defaults, "key = value" lines) and in --config
+ * files, parsed by one strict reader: every built-in env's defaults apply and are what its
+ * spec says; unknown keys and bad values are refused naming the origin, the line and the key. */
+Test(settings, env_defaults_and_config_text_apply_and_bad_lines_are_named) {
+  for (int i = 0; i < lm_env_count(); i++) {
+    lm_ppo_config c;
+    cr_assert_eq(lm_ppo_defaults_for(lm_env_at(i), &c), LM_OK, "%s", lm_last_error());
+    cr_assert_eq(lm_ppo_config_check(&c), LM_OK, "%s: %s", lm_env_at(i)->name, lm_last_error());
+  }
+  lm_ppo_config c = lm_ppo_defaults(lm_env_find("cartpole"));
+  cr_assert_eq(c.total_steps, 300000);
+  c = lm_ppo_defaults(lm_env_find("pendulum"));
+  cr_assert(c.n_envs == 32 && c.horizon == 256 && c.lr == 1e-3f && c.gamma == 0.95f && c.minibatches == 32);
+  const char *keys[8];
+  int n = 8;
+  cr_assert_eq(lm_ppo_config_apply(&c, "# a comment\n  envs = 8  \n\nhidden = 32,16\nseed = 18446744073709551615\n",
+                                   "t.cfg", keys, &n),
+               LM_OK, "%s", lm_last_error());
+  cr_assert(c.n_envs == 8 && c.policy.layers == 2 && c.policy.hidden[1] == 16 && c.seed == UINT64_MAX);
+  cr_assert_eq(n, 3);
+  cr_assert_str_eq(keys[0], "envs");
+  cr_assert_str_eq(keys[1], "hidden");
+  const struct {
+    const char *text, *says;
+  } bad[] = {{"envz = 8\n", "line 1: unknown setting 'envz'"},
+             {"\nenvs = 2.5\n", "line 2: envs = '2.5'"},
+             {"lr = 0x1\n", "lr"},
+             {"lr = nan\n", "lr"},
+             {"hidden = 64,\n", "hidden"},
+             {"activation = gelu\n", "activation"},
+             {"envs 8\n", "not key = value"},
+             {"seed = -1\n", "seed"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    lm_ppo_config d = lm_ppo_defaults(NULL);
+    cr_assert_eq(lm_ppo_config_apply(&d, bad[i].text, "t.cfg", NULL, NULL), LM_ERR_INVALID, "'%s' was accepted",
+                 bad[i].text);
+    cr_assert(strstr(lm_last_error(), "t.cfg") && strstr(lm_last_error(), bad[i].says), "'%s': %s", bad[i].text,
+              lm_last_error());
+  }
+  lm_env_spec e = variant("baddefaults");
+  e.train_defaults = "epochs = 0\n";
+  lm_ppo_config d;
+  cr_assert_eq(lm_ppo_defaults_for(&e, &d), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "baddefaults") && strstr(lm_last_error(), "epochs"), "%s", lm_last_error());
+}

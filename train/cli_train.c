@@ -43,6 +43,8 @@ static void train_usage(FILE *out) {
         "                      device (cpu, opencl, cuda; 0 = the default schedule); winners\n"
         "                      are cached, so a rerun does no search\n"
         "  --quiet             no per-iteration output\n"
+        "  --config FILE       settings as key = value lines (the names in DIR/settings.txt:\n"
+        "                      envs, steps, lr, hidden, ...); options beside it override it\n"
         "\n"
         "Writes DIR/log.csv, DIR/curve.png, DIR/summary.json, DIR/checkpoints/step-<n>.ckpt and\n"
         "DIR/latest.ckpt.\n"
@@ -68,6 +70,29 @@ static int mkdirs(const char *path) {
       *p = '/';
     }
   return !mkdir(buf, 0777) || errno == EEXIST;
+}
+
+/* A --config file's text (a regular file of at most 64 KiB), or NULL after saying why. */
+static char *read_config(const char *path) {
+  FILE *f = fopen(path, "r");
+  struct stat sb;
+  if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > 65536) {
+    fprintf(stderr, "rltrain: --config %s: %s\n", path,
+            !f ? strerror(errno) : !S_ISREG(sb.st_mode) ? "not a regular file" : "over 64 KiB");
+    if (f) fclose(f);
+    return NULL;
+  }
+  char *text = malloc((size_t)sb.st_size + 1);
+  size_t n = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
+  fclose(f);
+  if (!text) return NULL;
+  text[n] = 0;
+  if (strlen(text) != n) {
+    fprintf(stderr, "rltrain: --config %s: holds a NUL byte\n", path);
+    free(text);
+    return NULL;
+  }
+  return text;
 }
 
 /* Removes the temporary files a killed run left in dir (checkpoints are written as
@@ -212,13 +237,32 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
     return 2;
   }
-  lm_ppo_config cfg = lm_ppo_defaults(env);
+  lm_ppo_config cfg;
+  if (lm_ppo_defaults_for(env, &cfg) != LM_OK) {
+    fprintf(stderr, "rltrain: %s\n", lm_last_error());
+    return LM_CLI_USAGE;
+  }
   const char *device = "auto", *out = NULL, *resume = NULL;
   int stop = 1, quiet = 0, view = 0;
   long every = 10;
-  const char *given[32]; /* the settings the command line sets, by checkpoint name (for --resume) */
+  const char *given[64]; /* the settings the command line sets, by checkpoint name (for --resume) */
   int ngiven = 0;
-#define GIVEN(key) (given[ngiven < 32 ? ngiven++ : 31] = (key))
+#define GIVEN(key) (given[ngiven < 64 ? ngiven++ : 63] = (key))
+  /* --config FILE first, wherever it stands: the options given beside it override it */
+  for (int i = 0; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--config")) {
+      if (!lm_cli_path("--config", argv[i + 1])) return LM_CLI_USAGE;
+      char *text = read_config(argv[i + 1]);
+      if (!text) return LM_CLI_USAGE;
+      int n = 32;
+      lm_status st = lm_ppo_config_apply(&cfg, text, argv[i + 1], given + ngiven, &n);
+      free(text);
+      if (st != LM_OK) {
+        fprintf(stderr, "rltrain: %s\n", lm_last_error());
+        return LM_CLI_USAGE;
+      }
+      ngiven += n;
+    }
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     double v;
@@ -262,6 +306,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       GIVEN(num[k].key);
       continue;
     }
+    if (!strcmp(o, "--config")) continue; /* applied above */
     if (!strcmp(o, "--device")) device = a;
     else if (!strcmp(o, "--out")) {
       if (!lm_cli_path(o, a)) return LM_CLI_USAGE;

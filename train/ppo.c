@@ -1,8 +1,10 @@
 /* train/ppo.c — the PPO trainer: four programs linked to each other's buffers (rollout,
  * bootstrap prep, GAE reverse scan, minibatch update with autograd and Adam), driven by a
  * host loop that launches them and reads a few scalars per iteration. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -26,31 +28,27 @@ struct lm_trainer {
 
 static const char *const upd_outputs[7] = {"loss", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm"};
 
-lm_ppo_config lm_ppo_defaults(const lm_env_spec *env) {
+static lm_ppo_config base_defaults(void) {
   lm_ppo_config c = {
       .n_envs = 16, .horizon = 128, .total_steps = 500000, .seed = 1, .lr = 2.5e-3f, .anneal_lr = 1,
       .gamma = 0.99f, .gae_lambda = 0.95f, .epochs = 4, .minibatches = 4, .clip_coef = 0.2f, .clip_vloss = 1,
       .ent_coef = 0.01f, .vf_coef = 0.5f, .max_grad_norm = 0.5f, .norm_adv = 1,
       .policy = lm_policy_default(), .stepper = LM_STEPPER_DEVICE,
   };
-  if (!env) return c;
-  if (!strcmp(env->name, "cartpole")) {
-    c.total_steps = 300000;
-  } else if (!strcmp(env->name, "acrobot")) {
-    c.total_steps = 500000;
-    c.ent_coef = 0.0f;
-  } else if (!strcmp(env->name, "mountaincar")) {
-    c.total_steps = 1000000;
-  } else if (env->action.kind == LM_SPACE_BOX) {
-    c.n_envs = 32;
-    c.horizon = 256;
-    c.total_steps = 1000000;
-    c.lr = 1e-3f;
-    c.gamma = 0.95f;
-    c.ent_coef = 0.0f;
-    c.epochs = 10;
-    c.minibatches = 32;
-  }
+  return c;
+}
+
+lm_status lm_ppo_defaults_for(const lm_env_spec *env, lm_ppo_config *out) {
+  *out = base_defaults();
+  if (!env || !env->train_defaults) return LM_OK;
+  char origin[96];
+  snprintf(origin, sizeof origin, "env %s's train_defaults", env->name ? env->name : "?");
+  return lm_ppo_config_apply(out, env->train_defaults, origin, NULL, NULL);
+}
+
+lm_ppo_config lm_ppo_defaults(const lm_env_spec *env) {
+  lm_ppo_config c;
+  if (lm_ppo_defaults_for(env, &c) != LM_OK) c = base_defaults(); /* lm_ppo_defaults_for says why */
   return c;
 }
 
@@ -108,6 +106,146 @@ lm_status lm_ppo_config_check(const lm_ppo_config *c) {
     return lm_fail(LM_ERR_INVALID, "ppo: unknown activation %d", (int)c->policy.activation);
   if (c->stepper != LM_STEPPER_DEVICE && c->stepper != LM_STEPPER_HOST)
     return lm_fail(LM_ERR_INVALID, "ppo: unknown stepper %d", (int)c->stepper);
+  return LM_OK;
+}
+
+/* ---------------------------------------------------------------- settings as text */
+
+static int whole(const char *v, long long lo, long long hi, long long *out) {
+  char *end;
+  if (!*v || (*v == '-' ? lo >= 0 : !(*v >= '0' && *v <= '9'))) return 0;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end || x < lo || x > hi) return 0;
+  *out = x;
+  return 1;
+}
+
+/* One "key = value" setting into c; 0 with why set when the value is not valid for the key, -1
+ * for an unknown key. */
+static int apply_one(lm_ppo_config *c, const char *key, const char *v, char *why, size_t cap) {
+  double lo, hi;
+  int kind = lm_ppo_limit(key, &lo, &hi);
+  if (kind) {
+    double x;
+    long long i = 0;
+    char *end;
+    errno = 0;
+    if (kind == 2 ? !whole(v, (long long)lo, (long long)hi, &i)
+                  : ((x = strtod(v, &end)), !*v || errno || *end || !isfinite(x) || !(x >= lo && x <= hi) ||
+                     strpbrk(v, "xX"))) {
+      if (kind == 2) snprintf(why, cap, "%s = '%s': expected a whole number in %.0f..%.0f", key, v, lo, hi);
+      else snprintf(why, cap, "%s = '%s': expected a number in [%g, %g]", key, v, lo, hi);
+      return 0;
+    }
+    if (kind == 2) x = (double)i;
+    if (!strcmp(key, "envs")) c->n_envs = i;
+    else if (!strcmp(key, "steps")) c->horizon = i;
+    else if (!strcmp(key, "total_steps")) c->total_steps = i;
+    else if (!strcmp(key, "lr")) c->lr = (float)x;
+    else if (!strcmp(key, "gamma")) c->gamma = (float)x;
+    else if (!strcmp(key, "gae_lambda")) c->gae_lambda = (float)x;
+    else if (!strcmp(key, "epochs")) c->epochs = (int)i;
+    else if (!strcmp(key, "minibatches")) c->minibatches = (int)i;
+    else if (!strcmp(key, "clip_coef")) c->clip_coef = (float)x;
+    else if (!strcmp(key, "ent_coef")) c->ent_coef = (float)x;
+    else if (!strcmp(key, "vf_coef")) c->vf_coef = (float)x;
+    else if (!strcmp(key, "max_grad_norm")) c->max_grad_norm = (float)x;
+    else if (!strcmp(key, "anneal_lr")) c->anneal_lr = (int)i;
+    else if (!strcmp(key, "clip_vloss")) c->clip_vloss = (int)i;
+    else if (!strcmp(key, "norm_adv")) c->norm_adv = (int)i;
+    else if (!strcmp(key, "shared")) c->policy.shared = (int)i;
+    else LM_ASSERT(0 && "a setting in the limits table without a field");
+    return 1;
+  }
+  if (!strcmp(key, "seed")) {
+    char *end;
+    errno = 0;
+    unsigned long long x = *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
+    if (!(*v >= '0' && *v <= '9') || errno || *end) {
+      snprintf(why, cap, "seed = '%s': expected a whole number in 0..18446744073709551615", v);
+      return 0;
+    }
+    c->seed = x;
+    return 1;
+  }
+  if (!strcmp(key, "hidden")) {
+    lm_policy_config p = c->policy;
+    p.layers = 0;
+    for (const char *q = v; *q;) {
+      char *end;
+      errno = 0;
+      long w = strtol(q, &end, 10);
+      if (end == q || errno || w < 1 || w > 4096 || p.layers >= LM_POLICY_MAX_LAYERS || (*end && *end != ',') ||
+          (*end == ',' && !end[1])) {
+        snprintf(why, cap, "hidden = '%s': expected 1 to %d widths of 1-4096 such as 64,64", v, LM_POLICY_MAX_LAYERS);
+        return 0;
+      }
+      p.hidden[p.layers++] = (int)w;
+      q = *end ? end + 1 : end;
+    }
+    if (!p.layers) {
+      snprintf(why, cap, "hidden is empty");
+      return 0;
+    }
+    c->policy = p;
+    return 1;
+  }
+  if (!strcmp(key, "activation")) {
+    if (strcmp(v, "tanh") && strcmp(v, "relu")) {
+      snprintf(why, cap, "activation = '%s': expected tanh or relu", v);
+      return 0;
+    }
+    c->policy.activation = !strcmp(v, "relu") ? LM_ACT_RELU : LM_ACT_TANH;
+    return 1;
+  }
+  if (!strcmp(key, "stepper")) {
+    if (strcmp(v, "device") && strcmp(v, "host")) {
+      snprintf(why, cap, "stepper = '%s': expected device or host", v);
+      return 0;
+    }
+    c->stepper = !strcmp(v, "host") ? LM_STEPPER_HOST : LM_STEPPER_DEVICE;
+    return 1;
+  }
+  return -1;
+}
+
+lm_status lm_ppo_config_apply(lm_ppo_config *c, const char *text, const char *origin, const char **keys, int *nkeys) {
+  int line = 0, cap = nkeys ? *nkeys : 0;
+  if (nkeys) *nkeys = 0;
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    line++;
+    const char *e = strchr(l, '\n');
+    size_t len = e ? (size_t)(e - l) : strlen(l);
+    char buf[512], why[256];
+    if (len >= sizeof buf) return lm_fail(LM_ERR_INVALID, "%s line %d: longer than %zu characters", origin, line, sizeof buf - 1);
+    memcpy(buf, l, len);
+    buf[len] = 0;
+    char *hash = strchr(buf, '#');
+    if (hash) *hash = 0;
+    char *k = buf;
+    while (*k == ' ' || *k == '\t' || *k == '\r') k++;
+    size_t n = strlen(k);
+    while (n && (k[n - 1] == ' ' || k[n - 1] == '\t' || k[n - 1] == '\r')) k[--n] = 0;
+    if (!*k) continue; /* blank or comment */
+    char *eq = strchr(k, '=');
+    if (!eq) return lm_fail(LM_ERR_INVALID, "%s line %d: '%s' is not key = value", origin, line, k);
+    char *v = eq + 1, *kend = eq;
+    while (kend > k && (kend[-1] == ' ' || kend[-1] == '\t')) kend--;
+    *kend = 0;
+    while (*v == ' ' || *v == '\t') v++;
+    int r = apply_one(c, k, v, why, sizeof why);
+    if (r < 0) return lm_fail(LM_ERR_INVALID, "%s line %d: unknown setting '%s'", origin, line, k);
+    if (r == 0) return lm_fail(LM_ERR_INVALID, "%s line %d: %s", origin, line, why);
+    if (keys && *nkeys < cap) {
+      static const char *const names[] = {"envs", "steps", "total_steps", "lr", "gamma", "gae_lambda", "epochs",
+                                          "minibatches", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
+                                          "anneal_lr", "clip_vloss", "norm_adv", "shared", "seed", "hidden",
+                                          "activation", "stepper"};
+      for (size_t q = 0; q < LM_COUNTOF(names); q++)
+        if (!strcmp(names[q], k)) keys[(*nkeys)++] = names[q];
+    }
+  }
   return LM_OK;
 }
 

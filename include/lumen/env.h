@@ -80,6 +80,10 @@ typedef struct lm_env_spec {
 
   /* ---- drawing: writes up to cap commands for one env's state; returns how many ---- */
   int (*draw)(const float *state, lm_draw_cmd *cmds, int cap);
+
+  /* ---- training settings that suit this env, over lumen's defaults: "key = value" lines as
+   * in `rltrain ENV --config FILE` (lm_ppo_config_apply); NULL: lumen's defaults ---- */
+  const char *train_defaults;
 } lm_env_spec;
 
 /* ---- helpers for writing env graphs and reference steppers (compositions of lumen/ops.h) ---- */

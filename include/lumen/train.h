@@ -29,7 +29,18 @@ typedef struct lm_ppo_config {
 } lm_ppo_config;
 
 /* Defaults tuned for the env (CartPole solves out of the box). */
+/* lumen's defaults, then the env's own (its train_defaults text), or lumen's alone with env NULL.
+ * lm_ppo_defaults_for says what is wrong with an env's defaults; lm_ppo_defaults falls back to
+ * lumen's then. */
 lm_ppo_config lm_ppo_defaults(const lm_env_spec *env);
+lm_status lm_ppo_defaults_for(const lm_env_spec *env, lm_ppo_config *out);
+/* Settings as text, one "key = value" a line (the names checkpoints and settings.txt use: envs,
+ * steps, total_steps, seed, lr, anneal_lr, gamma, gae_lambda, epochs, minibatches, clip_coef,
+ * clip_vloss, ent_coef, vf_coef, max_grad_norm, norm_adv, hidden, activation, shared, stepper),
+ * '#' starting a comment, applied over *cfg. Every value is checked as the command line checks
+ * it; an unknown key or a bad value is LM_ERR_INVALID naming origin, the line and the key. keys
+ * (optional, room for *nkeys): the keys set, in order. */
+lm_status lm_ppo_config_apply(lm_ppo_config *cfg, const char *text, const char *origin, const char **keys, int *nkeys);
 /* One line per field, "key = value", for logs and checkpoints. */
 void lm_ppo_config_print(const lm_ppo_config *cfg, char *buf, size_t cap);
 /* Every setting within its range (lm_ppo_limit), envs x steps at most 2^28 and a whole number of
