@@ -131,7 +131,7 @@ static void run_case_on(const fd_case *c, lm_graph_t *g, const char *backend, ui
   }
   cr_assert(lm_program_numel(pr, "w", &ny) == LM_OK && ny <= MAXN, "numel w: %s", lm_last_error());
   check_fill(&r, wf, ny, -1.5, 1.5, 0.5);
-  char name[8];
+  char name[16];
   for (int i = 0; i < c->nin; i++) {
     snprintf(name, sizeof name, "x%d", i);
     cr_assert(lm_program_write(pr, name, xf[i], nx[i]) == LM_OK, "write %s: %s", name, lm_last_error());
@@ -194,7 +194,7 @@ static void fd_check(const fd_case *c, uint64_t seed) {
   lm_graph_t *g = lm_graph_new();
   lm_tensor x[MAXIN], wrt[MAXIN];
   int nwrt = 0, slot[MAXIN];
-  char name[8];
+  char name[16];
   for (int i = 0; i < c->nin; i++) {
     lm_dim dims[4];
     for (int a = 0; a < c->in[i].rank; a++) dims[a] = c->in[i].sym[a] ? lm_sym(g, c->in[i].sym[a]) : c->in[i].shape[a];

@@ -247,10 +247,10 @@ lm_status lm_view_run(const lm_view_config *cfg, lm_view_result *res) {
       goto done;
     }
     if ((st = lm_trainer_load(t, ckpt)) != LM_OK || (st = copy_weights(t, s.ro)) != LM_OK) goto done;
-    snprintf(policy, sizeof policy, "%s (iteration %lld, %lld env steps)", ckpt, (long long)lm_trainer_iterations(t),
+    snprintf(policy, sizeof policy, "%.440s (iteration %lld, %lld env steps)", ckpt, (long long)lm_trainer_iterations(t),
              (long long)lm_trainer_env_steps(t));
     snprintf(res->policy, sizeof res->policy, "%s", policy);
-    snprintf(policy, sizeof policy, "%s", ckpt);
+    snprintf(policy, sizeof policy, "%.511s", ckpt);
     lm_trainer_free(t);
     t = NULL;
   } else {
