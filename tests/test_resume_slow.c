@@ -3,8 +3,8 @@
  * resumed each time ends exactly where the uninterrupted run ends: the same latest.ckpt byte
  * for byte (weights, optimiser state, env state, counters, the last episodes), the same
  * log.csv apart from its two wall-clock columns, the "solved" stop at the same iteration, and
- * no temporary file left behind. The kill times vary with the machine's speed; what is checked
- * does not. */
+ * no temporary file left behind. Kills are placed by the run's progress (rows of its log), so
+ * what the test does and checks does not depend on the machine's speed. */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "support/timeout.h"
@@ -83,6 +82,21 @@ static char *log_without_clocks(const char *dir) {
   return out;
 }
 
+/* Data rows of a log.csv so far (0 when it is not there yet). */
+static long log_rows(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  long n = 0;
+  int c, prev = '\n';
+  while ((c = fgetc(f)) != EOF) {
+    if (c == '\n') n++;
+    prev = c;
+  }
+  (void)prev;
+  fclose(f);
+  return n > 0 ? n - 1 : 0;
+}
+
 static int temps_left(const char *dir) {
   int n = 0;
   const char *sub[] = {"", "/checkpoints"};
@@ -103,50 +117,42 @@ Test(resume_slow, a_run_killed_at_random_moments_resumes_to_the_same_end, .timeo
   cr_assert(mkdtemp(a) && mkdtemp(b));
   int rc = finish(start(a, 0));
   cr_assert_eq(rc, 0, "the uninterrupted run failed (%d)", rc);
-  /* how long the uninterrupted run took: kills are spread over it */
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  cr_assert_eq(finish(start(b, 0)), 0);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double whole = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  char cmd[4300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'/*", b);
-  cr_assert_eq(system(cmd), 0);
+  /* the killed run: each round waits until the log holds a chosen iteration (1 to 3 past what
+   * it held at the start), then kills at once or a few milliseconds later, while the run writes
+   * that iteration's checkpoints or starts the next one. Kills are placed by progress, not by
+   * time, so how many land does not depend on the machine's speed. */
   uint64_t rng = 0x9E3779B97F4A7C15ull;
   int kills = 0, resumes = 0, done = 0;
-  for (int round = 0; round < 40 && !done; round++) {
-    char latest[4300];
-    snprintf(latest, sizeof latest, "%s/latest.ckpt", b);
+  char logp[4300], latest[4300];
+  snprintf(logp, sizeof logp, "%s/log.csv", b);
+  snprintf(latest, sizeof latest, "%s/latest.ckpt", b);
+  for (int round = 0; round < 200 && !done; round++) {
     int resume = access(latest, F_OK) == 0;
     resumes += resume;
+    long have = log_rows(logp);
     pid_t pid = start(b, resume);
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    double wait = (0.03 + 0.2 * (double)(rng % 1000) / 1000.0) * whole; /* 3%..23% of a whole run */
-    if (round >= 12) wait = 100 * whole + 60; /* enough kills: let it finish */
-    struct timespec w = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
-    int st = 0;
+    long target = have + 1 + (long)(rng % 3);
+    long delay_us = (long)((rng >> 8) % 4) * 1500; /* 0, 1.5, 3 or 4.5 ms after the row */
+    int st = 0, waiting = kills < 10;             /* after ten kills the run may finish */
     pid_t got = 0;
-    for (struct timespec slept = {0, 0}; !got;) { /* sleep in slices, noticing an early end */
-      struct timespec slice = {0, 20 * 1000 * 1000};
-      nanosleep(&slice, NULL);
-      slept.tv_nsec += slice.tv_nsec;
-      if (slept.tv_nsec >= 1000000000) slept.tv_sec++, slept.tv_nsec -= 1000000000;
-      got = waitpid(pid, &st, WNOHANG);
-      if (slept.tv_sec > w.tv_sec || (slept.tv_sec == w.tv_sec && slept.tv_nsec >= w.tv_nsec)) break;
-    }
-    if (got == pid) {
-      cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d: rltrain exited %d", round,
-                WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
-      done = 1;
-    } else {
+    while (!(got = waitpid(pid, &st, WNOHANG)) && !(waiting && log_rows(logp) >= target)) usleep(500);
+    if (!got) {
+      if (delay_us) usleep((useconds_t)delay_us);
       kill(pid, SIGKILL);
-      finish(pid);
-      kills++;
+      got = waitpid(pid, &st, 0);
+      if (WIFSIGNALED(st)) {
+        kills++;
+        continue;
+      }
     }
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d: rltrain exited %d", round,
+              WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
+    done = 1;
   }
   cr_assert(done, "the killed run never finished");
-  cr_log_info("%d kills, %d resumes (a whole run takes %.2f s)", kills, resumes, whole);
-  cr_assert_geq(kills, 3, "only %d kills landed before the run finished", kills);
+  cr_log_info("%d kills, %d resumes", kills, resumes);
+  cr_assert_eq(kills, 10, "only %d kills landed before the run finished", kills);
   char pa[4300], pb[4300];
   snprintf(pa, sizeof pa, "%s/latest.ckpt", a);
   snprintf(pb, sizeof pb, "%s/latest.ckpt", b);
@@ -163,6 +169,7 @@ Test(resume_slow, a_run_killed_at_random_moments_resumes_to_the_same_end, .timeo
   cr_assert_eq(strstr(sa, "\"solved\": true") != NULL, strstr(sb, "\"solved\": true") != NULL, "%s\n%s", sa, sb);
   cr_assert_eq(temps_left(b), 0, "temporary files left in %s", b);
   free(ca), free(cb), free(la), free(lb), free(sa), free(sb);
+  char cmd[8700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", a, b);
   cr_assert_eq(system(cmd), 0);
 }

@@ -1,13 +1,8 @@
-/* libFuzzer target for the graph text form: parses arbitrary bytes, validates, dumps, and
- * checks that the dump parses back to the same dump and the same verdict; a graph that
- * validates also has its clone, its symbol bindings and every edge's index math exercised.
- * Not part of the test suite (the build globs tests/test_*.c). Build and run:
- *   clang -std=c11 -D_XOPEN_SOURCE=700 -g -O1 -fsanitize=fuzzer,address,undefined \
- *     -Iinclude -Icompiler compiler/core.c compiler/expr.c compiler/graph.c \
- *     compiler/validate.c compiler/text.c tests/fuzz_parse.c -o build/fuzz_parse -lm
- *   mkdir -p build/fuzz-corpus && build/fuzz_parse -max_total_time=60 -max_len=4096 \
- *     -dict=tests/corpus/graph.dict build/fuzz-corpus tests/corpus
- * (docs/GRAPH_TEXT.md). */
+/* tests/fuzz/fuzz_graph.c — libFuzzer target for the graph text form (compiler/text.c): parses
+ * arbitrary bytes, validates, dumps, and checks that the dump parses back to the same dump and
+ * the same verdict; a graph that validates also has its clone, its symbol bindings and every
+ * edge's index math exercised (docs/GRAPH_TEXT.md). Seeds: tests/fuzz/corpus/graph/, with the
+ * dictionary tests/fuzz/graph.dict. (Moved here from tests/fuzz_parse.c.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
