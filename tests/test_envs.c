@@ -1034,4 +1034,82 @@ Test(cli, bad_input_exits_2_naming_the_problem, .timeout = LM_TIMEOUT(120)) {
   cr_assert_eq(system(cmd), 0);
 }
 
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = malloc(1 << 20);
+  size_t n = fread(buf, 1, (1 << 20) - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+/* Resume keeps the run's own settings and files straight: options that differ are refused by
+ * name (exit 2) and nothing is written; without --total-steps the run's budget stays; a stale
+ * checkpoint temp file from a killed run is removed; when latest.ckpt cannot be written the
+ * step-N.ckpt written just before it goes too (never newer than latest); writes that fail
+ * (log.csv or summary.json on a full disk, here /dev/full) end the run with exit 1 naming the
+ * file. */
+Test(cli, resume_refuses_other_settings_keeps_the_budget_and_failed_writes_are_named, .timeout = LM_TIMEOUT(300)) {
+  char dir[] = "/tmp/lumen-resume-XXXXXX", args[2048], path[2048], text[8192];
+  cr_assert(mkdtemp(dir));
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --total-steps 4096 --no-stop --out '%s'", dir);
+  cr_assert_eq(rltrain(args, text, sizeof text), 0, "%s", text);
+  snprintf(path, sizeof path, "%s/log.csv", dir);
+  char *log = read_text(path);
+  cr_assert(log);
+  size_t rows = 0;
+  for (const char *p = log; (p = strchr(p, '\n')); p++) rows++;
+  free(log);
+  cr_assert_eq(rows, 3, "header and 2 iterations expected, %zu lines", rows);
+  /* another lr, another envs, --no-stop dropped is fine (the run's own rule), a differing interval is not */
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --resume '%s' --lr 0.1 --envs 8", dir);
+  cr_assert_eq(rltrain(args, text, sizeof text), 2, "%s", text);
+  cr_assert(strstr(text, "lr = ") && strstr(text, "envs = 8"), "%s", text);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --resume '%s' --checkpoint-every 3", dir);
+  cr_assert_eq(rltrain(args, text, sizeof text), 2, "%s", text);
+  cr_assert(strstr(text, "checkpoint_every"), "%s", text);
+  /* a stale temp file; a resume without --total-steps: the run is done, nothing more is trained */
+  snprintf(path, sizeof path, "%s/checkpoints/step-2048.ckpt.tmp.99999", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fputs("half a checkpoint", f);
+  fclose(f);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --resume '%s'", dir);
+  cr_assert_eq(rltrain(args, text, sizeof text), 0, "%s", text);
+  cr_assert_neq(access(path, F_OK), 0, "the stale temp file is still there");
+  snprintf(path, sizeof path, "%s/log.csv", dir);
+  log = read_text(path);
+  rows = 0;
+  for (const char *p = log; (p = strchr(p, '\n')); p++) rows++;
+  free(log);
+  cr_assert_eq(rows, 3, "a resume without --total-steps trained on (%zu lines)", rows);
+  /* latest.ckpt cannot be replaced (a non-empty directory in its place): the step-N written just
+   * before it is removed, and the run ends with exit 1 */
+  char second[128];
+  snprintf(second, sizeof second, "%s/second", dir);
+  snprintf(path, sizeof path, "mkdir -p '%s/latest.ckpt' && touch '%s/latest.ckpt/x'", second, second);
+  cr_assert_eq(system(path), 0);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --total-steps 4096 --out '%s'", second);
+  cr_assert_eq(rltrain(args, text, sizeof text), 1, "%s", text);
+  cr_assert(strstr(text, "checkpoint failed"), "%s", text);
+  snprintf(path, sizeof path, "%s/checkpoints/step-2048.ckpt", second);
+  cr_assert_neq(access(path, F_OK), 0, "step-2048.ckpt is newer than latest.ckpt");
+  /* writes that fail: log.csv on a full disk */
+  char full[128];
+  snprintf(full, sizeof full, "%s/full", dir);
+  cr_assert_eq(mkdir(full, 0700), 0);
+  snprintf(path, sizeof path, "%s/log.csv", full);
+  cr_assert_eq(symlink("/dev/full", path), 0);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --total-steps 4096 --out '%s'", full);
+  cr_assert_eq(rltrain(args, text, sizeof text), 1, "%s", text);
+  cr_assert(strstr(text, "log.csv") && strstr(text, "No space left"), "%s", text);
+  snprintf(path, sizeof path, "rm -rf '%s' && mkdir '%s' && ln -s /dev/full '%s/summary.json'", full, full, full);
+  cr_assert_eq(system(path), 0);
+  cr_assert_eq(rltrain(args, text, sizeof text), 1, "%s", text);
+  cr_assert(strstr(text, "summary.json") && strstr(text, "No space left"), "%s", text);
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  cr_assert_eq(system(args), 0);
+}
+
 #endif /* LUMEN_ENVS_SLOW */

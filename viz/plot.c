@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compiler/core.h"
 #include "lumen/viz.h"
@@ -74,6 +75,11 @@ static lm_status read_log(const char *path, logdata *d) {
   memset(d, 0, sizeof *d);
   FILE *f = fopen(path, "r");
   if (!f) return lm_fail(LM_ERR_IO, "plot: cannot read %s: %s", path, strerror(errno));
+  struct stat sb; /* a device (/dev/zero, /dev/full) or a FIFO would be read for ever */
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return lm_fail(LM_ERR_INVALID, "plot: %s is not a regular file", path);
+  }
   static const char *const want[NCOL] = {"env_steps", "iteration", "mean_return", "loss", "entropy", "episodes"};
   int col[NCOL];
   for (int k = 0; k < NCOL; k++) col[k] = -1;
