@@ -794,11 +794,21 @@ static int run_ok(const run_result *rr) {
 }
 
 /* Runs `cmd src flags -o out`, logging to `log`. */
+static lm_status compile_ex(const words *cmd, const words *flags, const words *extra, const char *src,
+                            const char *out, const char *log, double timeout_s, run_result *rr);
+
 static lm_status compile(const words *cmd, const words *flags, const char *src, const char *out,
                          const char *log, double timeout_s, run_result *rr) {
+  return compile_ex(cmd, flags, NULL, src, out, log, timeout_s, rr);
+}
+
+/* compile with `extra` flags (include directories, ...) before the source. */
+static lm_status compile_ex(const words *cmd, const words *flags, const words *extra, const char *src,
+                            const char *out, const char *log, double timeout_s, run_result *rr) {
   words argv = {0};
   int ok = 1;
   for (size_t i = 0; i < cmd->n && ok; i++) ok = words_add(&argv, cmd->v[i], strlen(cmd->v[i]));
+  for (size_t i = 0; extra && i < extra->n && ok; i++) ok = words_add(&argv, extra->v[i], strlen(extra->v[i]));
   /* Flags after the source, so -l libraries follow the object that needs them. */
   ok = ok && words_add(&argv, src, strlen(src));
   for (size_t i = 0; i < flags->n && ok; i++)
@@ -1185,12 +1195,22 @@ lm_status lm_cc_lib_load(const lm_cc_secret *secret, const char *path, lm_cc_lib
 }
 
 lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out) {
+  return lm_cc_build_ex(cc, source, NULL, out);
+}
+
+lm_status lm_cc_build_ex(lm_cc *cc, const char *source, const char *extra_flags, lm_cc_lib **out) {
   if (!out) return lm_fail(LM_ERR_INVALID, "lm_cc_build: out is NULL");
   *out = NULL;
   if (!cc || !source) return lm_fail(LM_ERR_INVALID, "lm_cc_build: NULL compiler or source");
+  words extra = {0};
+  if (extra_flags && !words_split(&extra, extra_flags)) return lm_fail(LM_ERR_NOMEM, "out of memory");
   size_t n = strlen(source);
   uint64_t h0 = lm_hash_bytes(source, n, cc->ident[0]);
   uint64_t h1 = lm_hash_bytes(source, n, cc->ident[1]);
+  if (extra_flags) { /* part of the key: the same source with other includes is another object */
+    h0 = lm_hash_bytes(extra_flags, strlen(extra_flags), h0 ^ 0x45585452ull);
+    h1 = lm_hash_bytes(extra_flags, strlen(extra_flags), h1 ^ 0x45585452ull);
+  }
   char key[33];
   snprintf(key, sizeof key, "%016llx%016llx", (unsigned long long)h0, (unsigned long long)h1);
 
@@ -1233,7 +1253,7 @@ lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out) {
   close(fd_so);
   close(fd_log);
   run_result rr;
-  st = compile(&cc->cmd, &cc->flags, src, tmp_so, tmp_log, cc->timeout_s, &rr);
+  st = compile_ex(&cc->cmd, &cc->flags, &extra, src, tmp_so, tmp_log, cc->timeout_s, &rr);
   if (st != LM_OK) {
     unlink(tmp_so);
     unlink(tmp_log);
@@ -1267,6 +1287,7 @@ lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out) {
     notice("lumen: rebuilt the cached kernel %s: %s", so, why);
   }
 done:
+  words_free(&extra);
   lm_free(so);
   lm_free(src);
   lm_free(log);

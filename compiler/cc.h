@@ -36,6 +36,9 @@ const char *lm_cc_describe(const lm_cc *cc);
  * the same source are safe. On failure: LM_ERR_COMPILE, the message names the kept source and
  * holds the compiler's output (the full log is also kept as <cache>/<key>.log). Thread-safe. */
 lm_status lm_cc_build(lm_cc *cc, const char *source, lm_cc_lib **out);
+/* lm_cc_build with extra compiler flags before the source (space-separated, e.g. "-I/usr/include";
+ * no spaces inside one flag), part of the cache key: how env plugins are built. */
+lm_status lm_cc_build_ex(lm_cc *cc, const char *source, const char *extra_flags, lm_cc_lib **out);
 /* The address of `name` in `lib`, or NULL (with lm_fail) if it is missing. */
 void *lm_cc_sym(lm_cc_lib *lib, const char *name);
 /* The path of the loaded .so. */

@@ -24,12 +24,14 @@ usage() {
   cat <<'TXT'
 usage: bash tools/dev.sh COMMAND
 
-  setup          install missing Debian packages, configure and build build/
+  setup          install missing Debian packages, configure and build build/ (the library
+                 and the CLIs; no tests)
   rltrain ARGS   setup, then run build/rltrain ARGS (e.g. rltrain cartpole, rltrain list)
-  test           setup, run every ctest test in build/ (slow ones included), then build
-                 build-asan/ with ASan+UBSan and run its tests, then build build-fuzz/ (clang,
-                 libFuzzer) and run each fuzz target for $LUMEN_FUZZ_SECONDS (default 60)
-                 seconds, one test each; ends with "N passed, N failed"
+  test           setup, build build/ with its tests (-DLUMEN_BUILD_TESTS=ON) and run every
+                 ctest test there (slow ones included), then build build-asan/ with
+                 ASan+UBSan and run its tests, then build build-fuzz/ (clang, libFuzzer) and
+                 run each fuzz target for $LUMEN_FUZZ_SECONDS (default 60) seconds, one test
+                 each; ends with "N passed, N failed"
   asan           only the sanitizer build and its tests
   fuzz [SECONDS] only the fuzz targets (tests/fuzz/fuzz_*.c), each for SECONDS (default
                  $LUMEN_FUZZ_SECONDS, else 60) on a copy of its seed corpus
@@ -64,13 +66,22 @@ install_packages() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
+# build_main TESTS: configures and builds build/ with LUMEN_BUILD_TESTS=TESTS (ON or OFF). The
+# option is passed every time, so a build/ configured by `test` builds only the library and the
+# CLIs for `setup` and `rltrain`, and `test` builds its test programs again.
 build_main() {
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j"$JOBS"
+  local tests=$1
+  case "$tests" in
+    ON | OFF) ;;
+    *) die "build_main: TESTS must be ON or OFF, got '$tests'" ;;
+  esac
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLUMEN_BUILD_TESTS="$tests" &&
+    cmake --build build -j"$JOBS"
 }
 
 setup() {
   install_packages || die "package installation failed"
-  build_main || die "build failed (build/)"
+  build_main OFF || die "build failed (build/)"
 }
 
 # first_cc FLAG PROGRAM RUNARG CC...: the first CC that compiles and links PROGRAM with FLAG and
@@ -107,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; retur
 }
 
 build_asan() {
-  local args=(-S . -B build-asan -DLUMEN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) cc
+  local args=(-S . -B build-asan -DLUMEN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DLUMEN_BUILD_TESTS=ON) cc
   if [ ! -f build-asan/CMakeCache.txt ]; then
     cc=$(sanitizer_cc) || { log "no compiler here links ASan+UBSan"; return 1; }
     args+=(-DCMAKE_C_COMPILER="$cc")
@@ -157,7 +168,7 @@ asan_suite() {
 # executable per tests/fuzz/fuzz_<name>.c (CMake's LUMEN_FUZZ); only the fuzz targets are built.
 build_fuzz() {
   local args=(-S . -B build-fuzz -DLUMEN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-              -DLUMEN_CUDA=OFF -DLUMEN_SDL=OFF -DLUMEN_OPENCL=OFF) cc
+              -DLUMEN_CUDA=OFF -DLUMEN_SDL=OFF -DLUMEN_OPENCL=OFF -DLUMEN_BUILD_TESTS=OFF) cc
   if [ ! -f build-fuzz/CMakeCache.txt ]; then
     cc=$(fuzzer_cc) || return 1
     args+=(-DCMAKE_C_COMPILER="$cc")
@@ -246,7 +257,7 @@ case "$sub" in
     secs=$(fuzz_seconds)
     install_packages || die "package installation failed"
     status=0
-    if build_main; then
+    if build_main ON; then
       run_ctest build || status=1
     else
       log "build failed (build/)"

@@ -76,6 +76,9 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path) {
   lm_sb_printf(&head, "env = %s\n%siteration = %lld\nenv_steps = %lld\nshuffle = %llu\nrollout_run = %llu\n",
                lm_trainer_env(t)->name, cfgtext, (long long)*iter, (long long)*steps, (unsigned long long)*shuffle,
                (unsigned long long)lm_rollout_run_index(lm_trainer_rollout(t)));
+  char origin[4096], ohash[32];
+  if (lm_env_origin(lm_trainer_env(t), origin, sizeof origin, ohash, sizeof ohash)) /* a plugin: where it is */
+    lm_sb_printf(&head, "env_source = %s\nenv_hash = %s\n", origin, ohash);
   const lm_recent *rc = lm_trainer_recent(t); /* "recent = n c:s ..." with every double exact */
   lm_sb_printf(&head, "recent = %zu", rc->n);
   for (size_t i = 0; i < rc->n; i++) lm_sb_printf(&head, " %.17g:%.17g", rc->count[i], rc->sum[i]);
@@ -367,6 +370,39 @@ lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_pp
   lm_free(head);
   lm_free(data);
   return st;
+}
+
+lm_status lm_checkpoint_env(const char *path, const lm_env_spec **env, lm_ppo_config *cfg) {
+  char name[128];
+  *env = NULL;
+  lm_status st = lm_checkpoint_peek(path, name, sizeof name, cfg);
+  if (st != LM_OK) return st;
+  if ((*env = lm_env_find(name))) return LM_OK;
+  unsigned char *data = NULL;
+  char *head = NULL, src[4096], hash[64];
+  reader r;
+  if ((st = open_checked(path, &data, &r, &head)) != LM_OK) return st;
+  int from_plugin = field(head, "env_source", src, sizeof src) && field(head, "env_hash", hash, sizeof hash);
+  lm_free(head);
+  lm_free(data);
+  if (!from_plugin)
+    return lm_fail(LM_ERR_INVALID, "checkpoint %s is for env '%s', which this program lacks (a plugin? name its file "
+                                   "instead of the env)", path, name);
+  if (access(src, R_OK) != 0)
+    return lm_fail(LM_ERR_INVALID, "checkpoint %s is for env '%s' from the plugin %s, which is not there any more: "
+                                   "put it back, or load it first (rltrain %s ...)", path, name, src, src);
+  const lm_env_spec *e;
+  if ((st = lm_env_load(src, &e)) != LM_OK) return st;
+  char now[64] = "";
+  lm_env_origin(e, NULL, 0, now, sizeof now);
+  if (strcmp(now, hash))
+    return lm_fail(LM_ERR_INVALID, "checkpoint %s is for env '%s' from %s with hash %s, but the file now has hash %s "
+                                   "(it changed since the run)", path, name, src, hash, now);
+  if (strcmp(e->name, name))
+    return lm_fail(LM_ERR_INVALID, "checkpoint %s is for env '%s', but its plugin %s now defines '%s'", path, name, src,
+                   e->name);
+  *env = e;
+  return LM_OK;
 }
 
 lm_status lm_trainer_load(lm_trainer *t, const char *path) {

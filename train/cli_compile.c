@@ -87,6 +87,12 @@ int lm_cli_compile(int argc, char **argv) {
     fprintf(stderr, "rltrain compile: %s\n", !env ? "which ENV? (rltrain list shows them)" : "--target is required");
     return usage(stderr, 2);
   }
+  const lm_env_spec *spec; /* by name, or an env file (compiled and registered under its name) */
+  if (lm_env_resolve(env, &spec) != LM_OK) {
+    fprintf(stderr, "rltrain compile: %s\n", lm_last_error());
+    return 2;
+  }
+  env = spec->name;
   if (!strcmp(target_name, "metal")) return compile_metal(env);
   lm_target target;
   if (lm_target_parse(target_name, &target) != LM_OK) {

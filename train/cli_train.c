@@ -104,7 +104,7 @@ static void remove_stale_temps(const char *dir) {
   char path[4400];
   while ((e = readdir(d)))
     if (strstr(e->d_name, ".ckpt.tmp.")) {
-      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      snprintf(path, sizeof path, "%.4000s/%.255s", dir, e->d_name);
       remove(path);
     }
   closedir(d);
@@ -693,17 +693,11 @@ int lm_cli_eval(int argc, char **argv) {
   struct stat sb;
   if (!stat(ckpt, &sb) && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/latest.ckpt", ckpt);
   else snprintf(path, sizeof path, "%s", ckpt);
-  char name[64];
   lm_ppo_config cfg;
-  lm_status pst = lm_checkpoint_peek(path, name, sizeof name, &cfg);
-  if (pst != LM_OK) {
+  const lm_env_spec *env; /* by name, or from the plugin file the checkpoint names */
+  if (lm_checkpoint_env(path, &env, &cfg) != LM_OK) {
     fprintf(stderr, "rltrain eval: %s\n", lm_last_error());
-    return LM_CLI_USAGE; /* the input is missing or unreadable */
-  }
-  const lm_env_spec *env = lm_env_find(name);
-  if (!env) {
-    fprintf(stderr, "rltrain eval: %s: %s\n", path, lm_last_error());
-    return LM_CLI_USAGE;
+    return LM_CLI_USAGE; /* the input is missing, unreadable or for an env that cannot be found */
   }
   char why[1024];
   lm_backend_t *b = env ? lm_backend_open(device, why, sizeof why) : NULL;

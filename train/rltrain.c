@@ -20,8 +20,8 @@ static void print_usage(FILE *out) {
   fputs("usage: rltrain COMMAND [ARGS]\n"
         "\n"
         "commands:\n"
-        "  list                      list the environments of this build: observation size,\n"
-        "                            action space and time limit\n"
+        "  list [PLUGIN.c ...]       list the environments of this build (and of the env files\n"
+        "                            given): observation size, action space and time limit\n"
         "  check ENV FILE.csv [--device ref|cpu|auto]\n"
         "                            replay every transition of FILE.csv, one step each, through\n"
         "                            ENV's graph (compiled on the device; default auto) and its\n"
@@ -31,6 +31,9 @@ static void print_usage(FILE *out) {
         "                            write K episodes (default 10) of ENV's reference stepper under\n"
         "                            uniform random actions (seed S, default 0) to FILE.csv\n"
         "  ENV [options]             train PPO on ENV (rltrain ENV --help lists the options)\n"
+        "\n"
+        "Wherever a command takes ENV it also takes an env file: path/to/myenv.c (one C file ending\n"
+        "with LM_ENV_PLUGIN(spec), compiled against lumen's headers and cached) or libmyenv.so.\n"
         "  eval CKPT [--episodes N]  mean return of a checkpoint's greedy and sampled policy\n"
         "  view CKPT|RUN_DIR|ENV [--headless --out FILE.png|DIR/]\n"
         "                            watch a policy in a window, or capture frames (view --help)\n"
@@ -126,6 +129,41 @@ static int graph_step(const lm_env_spec *e, lm_backend_t *b, const lm_cli_table 
   return ok;
 }
 
+/* The reset graph against ref_reset: 64 envs under two seeds and runs, bit for bit (the same
+ * draws give the same states). Prints a line; 1 when they differ. */
+static int check_resets(const lm_env_spec *e, const char *device) {
+  enum { N = 64 };
+  char why[512] = "";
+  lm_backend_t *b = lm_backend_open(device, why, sizeof why);
+  lm_env_stepper *st = b ? lm_env_stepper_new(e, b, N) : NULL;
+  int bad = -1;
+  size_t worst_env = 0;
+  float *g = st ? malloc((size_t)N * (size_t)e->state_size * sizeof *g) : NULL;
+  if (g) {
+    bad = 0;
+    const uint64_t seeds[2][2] = {{0, 0}, {12345, 7}};
+    for (int q = 0; q < 2 && bad >= 0; q++) {
+      if (lm_env_stepper_reset(st, seeds[q][0], seeds[q][1], g) != LM_OK) {
+        bad = -1;
+        break;
+      }
+      for (size_t i = 0; i < N; i++) {
+        float r[LM_ENV_MAX_STATE];
+        e->ref_reset(r, seeds[q][0], i, seeds[q][1]);
+        if (memcmp(r, g + i * (size_t)e->state_size, (size_t)e->state_size * sizeof *r) && !bad++) worst_env = i;
+      }
+    }
+  }
+  if (bad < 0) printf("%-14s cannot run the reset graph: %s  FAIL\n", "reset", lm_last_error());
+  else if (bad) printf("%-14s graph and ref_reset differ on %d of %d envs (first: env %zu)  FAIL\n", "reset", bad, 2 * N,
+                       worst_env);
+  else printf("%-14s graph and ref_reset agree bit for bit on %d envs  ok\n", "reset", 2 * N);
+  free(g);
+  lm_env_stepper_free(st);
+  lm_backend_free(b);
+  return bad != 0;
+}
+
 static int cmd_check(const lm_env_spec *e, const char *path, const char *device) {
   char why[512] = "";
   lm_backend_t *b = lm_backend_open(device, why, sizeof why);
@@ -156,14 +194,25 @@ static int cmd_check(const lm_env_spec *e, const char *path, const char *device)
   size_t ncheck = (size_t)(S + O + 1);
   colerr *gr = calloc(ncheck, sizeof *gr), *rf = calloc(ncheck, sizeof *rf);
   size_t term_graph = 0, term_ref = 0, trunc_bad = 0, first_term_graph = 0, first_term_ref = 0, first_trunc = 0;
+  size_t bad01 = 0, first_bad01 = 0; /* the graph's terminated must be exactly 0 or 1 */
+  int has_ref = e->ref_step != NULL;
   for (size_t r = 0; gr && rf && r < N; r++) {
     const double *row = t.v + r * t.cols;
     float s[LM_ENV_MAX_STATE], a[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
     for (int k = 0; k < S; k++) s[k] = (float)row[2 + k];
     for (int k = 0; k < A; k++) a[k] = (float)row[2 + S + k];
     int ref_term = 0;
-    float ref_rew = e->ref_step(s, a, &ref_term);
-    e->ref_observe(s, o);
+    float ref_rew = 0;
+    if (has_ref) {
+      ref_rew = e->ref_step(s, a, &ref_term);
+      e->ref_observe(s, o);
+    } else { /* no reference stepper: its columns agree by construction (they are not printed) */
+      for (int k = 0; k < S; k++) s[k] = (float)row[c_next + (size_t)k];
+      for (int k = 0; k < O; k++) o[k] = (float)row[c_obs + (size_t)k];
+      ref_rew = (float)row[c_rew];
+      ref_term = row[c_rew + 1] != 0;
+    }
+    if (term[r] != 0 && term[r] != 1 && !bad01++) first_bad01 = r;
     for (int k = 0; k < S; k++) {
       double want = row[c_next + (size_t)k];
       colerr_add(&gr[k], next[r * (size_t)S + (size_t)k], want, e->check_rtol, e->check_atol, r);
@@ -192,6 +241,7 @@ static int cmd_check(const lm_env_spec *e, const char *path, const char *device)
          (double)e->check_rtol);
   if (e->reward_atol == 0 && e->reward_rtol == 0) printf("exact\n");
   else printf("|got - want| <= %g + %g |want|\n", (double)e->reward_atol, (double)e->reward_rtol);
+  if (!has_ref) printf("%s has no reference stepper: the graph alone is checked against the file\n", e->name);
   printf("%-14s %12s %12s %12s %12s  %s\n", "column", "graph abs", "graph rel", "ref abs", "ref rel", "result");
   int fail = 0;
   for (size_t i = 0; i < ncheck; i++) {
@@ -214,7 +264,11 @@ static int cmd_check(const lm_env_spec *e, const char *path, const char *device)
     printf("%zu rows disagree with the time limit %d (first on line %ld)  FAIL\n", trunc_bad, e->time_limit,
            t.line[first_trunc]);
   else printf("follows the time limit %d on every row  ok\n", e->time_limit);
-  fail |= term_graph || term_ref || trunc_bad;
+  if (bad01)
+    printf("%-14s the graph gave %g on line %ld (and %zu rows in all): terminated must be 0 or 1  FAIL\n",
+           t.names[c_rew + 1], (double)term[first_bad01], t.line[first_bad01], bad01);
+  int reset_bad = has_ref ? check_resets(e, device) : 0;
+  fail |= term_graph || term_ref || trunc_bad || bad01 || reset_bad;
   printf("%s\n", fail ? "FAIL: errors over tolerance (see docs/ENVS.md for the tolerances)" : "PASS");
   free(gr), free(rf), free(next), free(obs), free(rew), free(term);
   lm_cli_table_free(&t);
@@ -237,17 +291,45 @@ static int cmd_record(const lm_env_spec *e, const char *path, long episodes, uns
   for (int k = 0; k < O; k++) fprintf(f, ",obs%d", k);
   fprintf(f, ",reward,terminated,truncated\n");
   size_t rows = 0;
+  /* an env without a reference stepper is recorded from its graphs (on the ref backend) */
+  lm_backend_t *gb = NULL;
+  lm_env_stepper *gs = NULL;
+  float *starts = NULL;
+  if (!e->ref_step) {
+    char why[256];
+    gb = lm_backend_open("ref", why, sizeof why);
+    gs = gb ? lm_env_stepper_new(e, gb, (size_t)episodes) : NULL;
+    starts = gs ? malloc((size_t)episodes * (size_t)S * sizeof *starts) : NULL;
+    if (!starts || lm_env_stepper_reset(gs, seed, 0, starts) != LM_OK) {
+      fprintf(stderr, "rltrain: %s has no reference stepper, and its graphs cannot run: %s\n", e->name, lm_last_error());
+      free(starts), lm_env_stepper_free(gs), lm_backend_free(gb), fclose(f);
+      return 1;
+    }
+  }
   for (long ep = 0; ep < episodes; ep++) {
     float s[LM_ENV_MAX_STATE], a[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
-    e->ref_reset(s, seed, (uint64_t)ep, 0);
+    if (gs) memcpy(s, starts + (size_t)ep * (size_t)S, (size_t)S * sizeof *s);
+    else e->ref_reset(s, seed, (uint64_t)ep, 0);
     for (int t = 0; t < e->time_limit; t++) {
       lm_env_ref_random_action(e, seed, (uint64_t)ep, (uint64_t)t, a);
       fprintf(f, "%ld,%d", ep, t);
       for (int k = 0; k < S; k++) fprintf(f, ",%.17g", (double)s[k]);
       for (int k = 0; k < A; k++) fprintf(f, ",%.17g", (double)a[k]);
       int term = 0;
-      float r = e->ref_step(s, a, &term);
-      e->ref_observe(s, o);
+      float r;
+      if (gs) {
+        float next[LM_ENV_MAX_STATE], done;
+        if (lm_env_stepper_step(gs, 1, s, a, next, o, &r, &done) != LM_OK) {
+          fprintf(stderr, "rltrain: %s: %s\n", e->name, lm_last_error());
+          free(starts), lm_env_stepper_free(gs), lm_backend_free(gb), fclose(f);
+          return 1;
+        }
+        memcpy(s, next, (size_t)S * sizeof *s);
+        term = done != 0;
+      } else {
+        r = e->ref_step(s, a, &term);
+        e->ref_observe(s, o);
+      }
       int trunc = !term && t + 1 >= e->time_limit;
       for (int k = 0; k < S; k++) fprintf(f, ",%.17g", (double)s[k]);
       for (int k = 0; k < O; k++) fprintf(f, ",%.17g", (double)o[k]);
@@ -256,9 +338,12 @@ static int cmd_record(const lm_env_spec *e, const char *path, long episodes, uns
       if (term || trunc) break;
     }
   }
+  free(starts);
+  lm_env_stepper_free(gs);
+  lm_backend_free(gb);
   if (ferror(f) | (fclose(f) != 0)) {
     fprintf(stderr, "rltrain: error writing '%s': %s\n", path, strerror(errno));
-    return 2;
+    return 1;
   }
   printf("rltrain record: %zu transitions of %ld %s episodes (seed %llu) written to %s\n", rows, episodes, e->name,
          seed, path);
@@ -267,9 +352,13 @@ static int cmd_record(const lm_env_spec *e, const char *path, long episodes, uns
 
 /* ---------------------------------------------------------------- main */
 
+/* An env by name, or from a plugin file (path/to/myenv.c or libmyenv.so: compiled or loaded). */
 static const lm_env_spec *find_env(const char *name) {
-  const lm_env_spec *e = lm_env_find(name);
-  if (!e) fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
+  const lm_env_spec *e = NULL;
+  if (lm_env_resolve(name, &e) != LM_OK) {
+    fprintf(stderr, "rltrain: %s%s\n", lm_last_error(), lm_env_is_path(name) ? "" : " (see 'rltrain list')");
+    return NULL;
+  }
   return e;
 }
 
@@ -287,10 +376,14 @@ int main(int argc, char **argv) {
     printf("lumen %s\n", lm_version());
     return 0;
   }
-  if (!strcmp(cmd, "list")) {
-    if (argc > 2) {
-      fprintf(stderr, "rltrain: 'list' takes no arguments, got '%s' (see 'rltrain help')\n", argv[2]);
-      return 2;
+  if (!strcmp(cmd, "list")) { /* rltrain list [PLUGIN...]: the plugins join the list */
+    for (int i = 2; i < argc; i++) {
+      if (!lm_env_is_path(argv[i])) {
+        fprintf(stderr, "rltrain: 'list' takes env files (path/to/myenv.c or .so), got '%s' (see 'rltrain help')\n",
+                argv[i]);
+        return 2;
+      }
+      if (!find_env(argv[i])) return 2;
     }
     return cmd_list();
   }

@@ -81,7 +81,9 @@ static lm_status resolve(const char *source, char *ckpt, size_t cap, const lm_en
   struct stat sb;
   ckpt[0] = 0;
   *env = NULL;
-  if (stat(source, &sb) == 0) {
+  size_t sl = strlen(source);
+  int plugin_file = (sl > 2 && !strcmp(source + sl - 2, ".c")) || (sl > 3 && !strcmp(source + sl - 3, ".so"));
+  if (!plugin_file && stat(source, &sb) == 0) {
     if (S_ISDIR(sb.st_mode)) {
       snprintf(ckpt, cap, "%s%slatest.ckpt", source, source[strlen(source) - 1] == '/' ? "" : "/");
       if (stat(ckpt, &sb) != 0)
@@ -91,11 +93,12 @@ static lm_status resolve(const char *source, char *ckpt, size_t cap, const lm_en
     return LM_OK;
   }
   int err = errno;
-  const lm_env_spec *e = lm_env_find(source);
-  if (e) {
+  const lm_env_spec *e = NULL;
+  if (lm_env_resolve(source, &e) == LM_OK) { /* an env by name, or an env file */
     *env = e;
     return LM_OK;
   }
+  if (lm_env_is_path(source)) return LM_ERR_INVALID; /* the plugin's own message */
   char known[1024];
   snprintf(known, sizeof known, "%s", lm_last_error());
   const char *list = strstr(known, "(this build has");
@@ -192,12 +195,7 @@ lm_status lm_view_run(const lm_view_config *cfg, lm_view_result *res) {
   lm_ppo_config pcfg;
   lm_status st = resolve(cfg->source, ckpt, sizeof ckpt, &env);
   if (st != LM_OK) return st;
-  if (ckpt[0]) {
-    char name[128];
-    if ((st = lm_checkpoint_peek(ckpt, name, sizeof name, &pcfg)) != LM_OK) return st;
-    if (!(env = lm_env_find(name)))
-      return lm_fail(LM_ERR_INVALID, "checkpoint %s is for env '%s', which this build lacks", ckpt, name);
-  }
+  if (ckpt[0] && (st = lm_checkpoint_env(ckpt, &env, &pcfg)) != LM_OK) return st; /* a plugin's is loaded again */
   snprintf(res->env, sizeof res->env, "%s", env->name);
 
   /* open the viewer first: no display fails before anything compiles */

@@ -148,6 +148,31 @@ lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *pre
 lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, const float *state,
                             const float *action, float *next, float *obs, float *reward, float *terminated);
 
+/* ---- env plugins: an env in one C file of its own, outside lumen's tree ----
+ * The file defines its spec and ends with LM_ENV_PLUGIN(spec). `rltrain path/to/myenv.c`
+ * compiles it with the system compiler against lumen's headers (cached like kernels);
+ * `rltrain path/to/libmyenv.so` loads one built by hand (cc -shared -fPIC -I...). */
+#if defined(__GNUC__) || defined(__clang__)
+#define LM_ENV_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define LM_ENV_PLUGIN_EXPORT
+#endif
+#define LM_ENV_PLUGIN(spec)                                                                                      \
+  LM_ENV_PLUGIN_EXPORT const lm_env_spec *lm_env_plugin_v1(void);                                                \
+  LM_ENV_PLUGIN_EXPORT const lm_env_spec *lm_env_plugin_v1(void) { return &(spec); }
+
+/* Loads a plugin (PATH.c compiled, or PATH.so as it is), checks its spec (lm_env_validate) and
+ * registers it; loading the same file again in a process gives the same spec. The headers for
+ * compiling come from $LUMEN_INCLUDE_DIR, else lumen's install prefix, else its build tree. */
+lm_status lm_env_load(const char *path, const lm_env_spec **out);
+/* 1 when an argument names an env file rather than an env (it holds a '/' or ends in .c or .so). */
+int lm_env_is_path(const char *arg);
+/* A plugin's file (or a registered name): lm_env_load for a path, lm_env_find for a name. */
+lm_status lm_env_resolve(const char *name_or_path, const lm_env_spec **out);
+/* Where a plugin env came from: its absolute path and a hash of its bytes; 0 for an env that is
+ * not a plugin (built in, or registered by the program). */
+int lm_env_origin(const lm_env_spec *env, char *path, size_t cap, char *hash, size_t hcap);
+
 /* An env stepped through its own graphs, compiled once on backend b: the stand-in for the scalar
  * reference stepper of an env that has none. lm_env_stepper_reset writes [n, state_size]: row i
  * is what the reset graph (and ref_reset) gives env i under (seed, run). step and observe take

@@ -107,6 +107,10 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path);
 lm_status lm_trainer_load(lm_trainer *t, const char *path);
 /* Reads only the config of a checkpoint (to rebuild a trainer before loading it). */
 lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_ppo_config *cfg);
+/* The env and config of a checkpoint: the env by name, or, for an env from a plugin, loaded
+ * again from the plugin file the checkpoint names, which must still hold the same bytes (else
+ * the message says what is missing or changed, and how to point at it). */
+lm_status lm_checkpoint_env(const char *path, const lm_env_spec **env, lm_ppo_config *cfg);
 
 #ifdef __cplusplus
 }
