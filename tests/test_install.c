@@ -266,3 +266,28 @@ Test(install, installed_package_files_name_no_build_or_source_tree_path) {
   run_ok("grep for feature macros", "! grep -rn -e LUMEN_HAVE_ -e LUMEN_CUDA_ROOT -e INTERFACE_COMPILE_DEFINITIONS '%s/" LUMEN_INSTALL_LIBDIR
          "/pkgconfig' '%s/" LUMEN_INSTALL_LIBDIR "/cmake'", prefix, prefix);
 }
+
+/* The out-of-tree project in examples/project, using only the prefix: built with CMake and with
+ * pkg-config, its program trains catch.c through the C API; the installed rltrain trains the
+ * same file as a plugin (compiled against the prefix's headers), and evaluates the checkpoint
+ * from another directory. */
+Test(install, the_example_project_builds_and_its_env_trains_as_a_program_and_as_a_plugin, .timeout = LM_TIMEOUT(300)) {
+  run_ok("copy the example", "cp -r '%s/examples/project' project", LUMEN_SOURCE_DIR);
+  run_ok("configure the example",
+         "'%s' -S project -B project-build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER='%s' -DCMAKE_C_FLAGS='%s'"
+         " -DCMAKE_EXE_LINKER_FLAGS='%s'",
+         LUMEN_CMAKE_COMMAND, LUMEN_C_COMPILER, LUMEN_SANITIZE_FLAGS, LUMEN_SANITIZE_FLAGS);
+  run_ok("build the example", "'%s' --build project-build", LUMEN_CMAKE_COMMAND);
+  char *out = run_ok("run the example's program", "project-build/train_catch catch.ckpt");
+  cr_assert(strstr(out, "catch:") && strstr(out, "wrote catch.ckpt"), "%s", out);
+  run_ok("build the example with pkg-config",
+         "'%s' %s project/catch.c project/train_catch.c $(pkg-config --cflags --libs lumen) -o train_pc",
+         LUMEN_C_COMPILER, LUMEN_SANITIZE_FLAGS);
+  out = run_ok("run the pkg-config build", "LD_LIBRARY_PATH='%s/lib' ./train_pc pc.ckpt", prefix);
+  cr_assert(strstr(out, "wrote pc.ckpt"), "%s", out);
+  out = run_ok("train the env file as a plugin",
+               "'%s/bin/rltrain' project/catch.c --device cpu --quiet --total-steps 8192 --out run", prefix);
+  out = run_ok("eval from another directory", "mkdir -p elsewhere && cd elsewhere && '%s/bin/rltrain' eval ../run "
+               "--episodes 5", prefix);
+  cr_assert(strstr(out, "catch: 5 episodes"), "%s", out);
+}

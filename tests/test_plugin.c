@@ -1,5 +1,5 @@
 /* tests/test_plugin.c — envs from outside the tree, through the rltrain binary as a user runs
- * it: tests/plugins/catch.c (graphs only, no reference stepper) is listed, recorded, checked,
+ * it: examples/project/catch.c (graphs only, no reference stepper) is listed, recorded, checked,
  * trained and evaluated from another directory by its file name; a prebuilt .so loads too; a
  * checkpoint whose plugin changed or went away says so; a file without LM_ENV_PLUGIN, one that
  * does not compile (the message names the file and line), a spec with a reward of shape [N, 1]
@@ -16,7 +16,7 @@
 #include "support/timeout.h"
 
 #define RLTRAIN LUMEN_BINARY_DIR "/rltrain"
-#define CATCH LUMEN_SOURCE_DIR "/tests/plugins/catch.c"
+#define CATCH LUMEN_SOURCE_DIR "/examples/project/catch.c"
 
 static char dir[] = "/tmp/lumen-plugin-XXXXXX";
 static char out[16384];

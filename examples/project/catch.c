@@ -1,4 +1,4 @@
-/* tests/plugins/catch.c — bsuite's Catch as an env plugin, written from docs/ENVS.md as a new
+/* examples/project/catch.c — bsuite's Catch as an env plugin, written from docs/ENVS.md as a new
  * user would: graphs only (no reference stepper), one file ending with LM_ENV_PLUGIN. A ball
  * falls one row a step down a 10 x 5 board from a random column; the paddle on the bottom row
  * moves left, stays or moves right; when the ball reaches the bottom the episode ends with +1 if
