@@ -1,6 +1,8 @@
-/* compiler/core.c — the error funnel, allocation funnel and string builder. */
+/* compiler/core.c — the error funnel, allocation funnel, string builder and strict number text. */
 #include "core.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,4 +134,39 @@ uint64_t lm_hash_bytes(const void *data, size_t n, uint64_t h) {
   if (!h) h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+
+static int digits_only(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (*s < '0' || *s > '9') return 0;
+  return 1;
+}
+
+int lm_parse_i64(const char *s, long long lo, long long hi, long long *out) {
+  if (!s || !digits_only(s + (*s == '-' && lo < 0))) return 0;
+  errno = 0;
+  long long v = strtoll(s, NULL, 10);
+  if (errno || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
+int lm_parse_u64(const char *s, uint64_t *out) {
+  if (!s || !digits_only(s)) return 0;
+  errno = 0;
+  unsigned long long v = strtoull(s, NULL, 10);
+  if (errno) return 0;
+  *out = v;
+  return 1;
+}
+
+int lm_parse_real(const char *s, double *out) {
+  if (!s || !*s || strpbrk(s, "xX")) return 0;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v)) return 0;
+  *out = v;
+  return 1;
 }

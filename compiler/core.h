@@ -59,6 +59,13 @@ char *lm_sb_take(lm_sb *b);
 void lm_sb_free(lm_sb *b);
 
 uint64_t lm_hash_bytes(const void *data, size_t n, uint64_t h);
+
+/* Strict number text, as settings files, checkpoints and the command line take it: 1 and *out
+ * set, or 0. A whole number is decimal digits only (a leading '-' only when lo < 0) within
+ * [lo, hi]; a uint64 is digits only, up to 2^64 - 1; a real is finite, not hex, nothing after it. */
+int lm_parse_i64(const char *s, long long lo, long long hi, long long *out);
+int lm_parse_u64(const char *s, uint64_t *out);
+int lm_parse_real(const char *s, double *out);
 #define LM_COUNTOF(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

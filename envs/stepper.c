@@ -2,7 +2,8 @@
  * `rltrain record`, `check` and `eval` use for an env that has no scalar reference stepper
  * (the reference stepper is optional; the graphs are not). The reset program draws what the
  * reset graph draws for envs 0..n-1 (so row i is what ref_reset gives env i); the step and
- * observe programs run over any batch (N is a symbol). */
+ * observe programs run over any batch (N is a symbol). lm_env_step_batch is one such step,
+ * compiled for a single call (how `rltrain check` replays a transitions file). */
 #include <string.h>
 
 #include "core.h"
@@ -82,13 +83,10 @@ lm_status lm_env_stepper_reset(lm_env_stepper *s, uint64_t seed, uint64_t run, f
   return st == LM_OK ? lm_program_read(s->reset, "state", state, s->n * (size_t)s->env->state_size) : st;
 }
 
-lm_status lm_env_stepper_step(lm_env_stepper *s, size_t n, const float *state, const float *action, float *next,
-                              float *obs, float *reward, float *terminated) {
-  if (!s || !state || !action || !next || !obs || !reward || !terminated)
-    return lm_fail(LM_ERR_INVALID, "lm_env_stepper_step: a NULL argument");
-  if (!n) return LM_OK;
-  size_t S = (size_t)s->env->state_size, A = (size_t)lm_env_action_size(s->env), O = (size_t)s->env->obs_size;
-  lm_program_t *p = s->step;
+/* One batched step through a step program (step_program(env, b, 1)). */
+static lm_status run_step(const lm_env_spec *env, lm_program_t *p, size_t n, const float *state, const float *action,
+                          float *next, float *obs, float *reward, float *terminated) {
+  size_t S = (size_t)env->state_size, A = (size_t)lm_env_action_size(env), O = (size_t)env->obs_size;
   lm_status st = lm_program_bind(p, "N", (int64_t)n);
   if (st == LM_OK) st = lm_program_write(p, "state", state, n * S);
   if (st == LM_OK) st = lm_program_write(p, "action", action, n * A);
@@ -97,6 +95,26 @@ lm_status lm_env_stepper_step(lm_env_stepper *s, size_t n, const float *state, c
   if (st == LM_OK) st = lm_program_read(p, "obs", obs, n * O);
   if (st == LM_OK) st = lm_program_read(p, "reward", reward, n);
   if (st == LM_OK) st = lm_program_read(p, "terminated", terminated, n);
+  return st;
+}
+
+lm_status lm_env_stepper_step(lm_env_stepper *s, size_t n, const float *state, const float *action, float *next,
+                              float *obs, float *reward, float *terminated) {
+  if (!s || !state || !action || !next || !obs || !reward || !terminated)
+    return lm_fail(LM_ERR_INVALID, "lm_env_stepper_step: a NULL argument");
+  return n ? run_step(s->env, s->step, n, state, action, next, obs, reward, terminated) : LM_OK;
+}
+
+lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, const float *state,
+                            const float *action, float *next, float *obs, float *reward, float *terminated) {
+  if (!env || !b || !state || !action || !next || !obs || !reward || !terminated)
+    return lm_fail(LM_ERR_INVALID, "lm_env_step_batch: a NULL argument");
+  lm_status st = lm_env_validate(env);
+  if (st != LM_OK || !n) return st;
+  lm_program_t *p = step_program(env, b, 1);
+  if (!p) return LM_ERR_INVALID;
+  st = run_step(env, p, n, state, action, next, obs, reward, terminated);
+  lm_program_free(p);
   return st;
 }
 

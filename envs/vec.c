@@ -53,39 +53,3 @@ lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *pre
     s = lm_fail(LM_ERR_INVALID, "lm_env_vec_step: env '%s' built an invalid graph", env->name);
   return s;
 }
-
-lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, const float *state,
-                            const float *action, float *next, float *obs, float *reward, float *terminated) {
-  if (!env || !b || !state || !action || !next || !obs || !reward || !terminated)
-    return lm_fail(LM_ERR_INVALID, "lm_env_step_batch: a NULL argument");
-  lm_status vst = lm_env_validate(env);
-  if (vst != LM_OK) return vst;
-  if (!n) return LM_OK;
-  size_t S = (size_t)env->state_size, A = (size_t)lm_env_action_size(env), O = (size_t)env->obs_size;
-  lm_graph_t *g = lm_graph_new();
-  if (!g) return LM_ERR_NOMEM;
-  lm_dim N = lm_sym(g, "N");
-  lm_tensor st = lm_input(g, "state", LM_ROLE_DATA, 2, (lm_dim[]){N, (lm_dim)S});
-  lm_tensor act = env->action.kind == LM_SPACE_DISCRETE ? lm_input(g, "action", LM_ROLE_DATA, 1, &N)
-                                                        : lm_input(g, "action", LM_ROLE_DATA, 2, (lm_dim[]){N, (lm_dim)A});
-  lm_env_step_out so;
-  memset(&so, 0, sizeof so);
-  env->step(g, st, act, &so);
-  lm_status s = lm_output(so.state, "next");
-  if (s == LM_OK) s = lm_output(env->observe(g, so.state), "obs");
-  if (s == LM_OK) s = lm_output(so.reward, "reward");
-  if (s == LM_OK) s = lm_output(so.terminated, "terminated");
-  lm_program_t *p = s == LM_OK ? lm_program_new(b, g) : NULL;
-  lm_graph_free(g);
-  if (!p) return s != LM_OK ? s : LM_ERR_INVALID;
-  s = lm_program_bind(p, "N", (int64_t)n);
-  if (s == LM_OK) s = lm_program_write(p, "state", state, n * S);
-  if (s == LM_OK) s = lm_program_write(p, "action", action, n * A);
-  if (s == LM_OK) s = lm_program_run(p);
-  if (s == LM_OK) s = lm_program_read(p, "next", next, n * S);
-  if (s == LM_OK) s = lm_program_read(p, "obs", obs, n * O);
-  if (s == LM_OK) s = lm_program_read(p, "reward", reward, n);
-  if (s == LM_OK) s = lm_program_read(p, "terminated", terminated, n);
-  lm_program_free(p);
-  return s;
-}

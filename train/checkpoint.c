@@ -231,98 +231,26 @@ static const char *field(const char *head, const char *key, char *buf, size_t ca
   return NULL;
 }
 
-/* A whole decimal integer in [lo, hi] (no sign unless lo < 0, no fraction, no hex, no junk). */
-static int int_of(const char *v, long long lo, long long hi, long long *out) {
-  char *end;
-  if (!*v || (*v == '-' ? lo >= 0 : !(*v >= '0' && *v <= '9'))) return 0;
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (errno || *end || x < lo || x > hi) return 0;
-  *out = x;
-  return 1;
-}
-
-static int u64_of(const char *v, uint64_t *out) {
-  char *end;
-  if (!(*v >= '0' && *v <= '9')) return 0;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || *end) return 0;
-  *out = x;
-  return 1;
-}
-
-static int real_of(const char *v, double *out) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (!*v || errno || *end || !isfinite(x)) return 0;
-  *out = x;
-  return 1;
-}
-
-/* The config in a header: every field present and well formed (a field that is not says which);
- * the ranges are lm_ppo_config_check's. */
+/* The config in a header: every setting present, each read by lm_ppo_config_apply (the reader
+ * of settings files, with the command line's checks), then lm_ppo_config_check over the whole. */
 static lm_status parse_config(const char *path, const char *head, lm_ppo_config *c) {
-  char v[256];
-  long long i;
-  double d;
+  static const char *const keys[] = {"envs",        "steps",     "total_steps", "seed",     "lr",
+                                     "anneal_lr",   "gamma",     "gae_lambda",  "epochs",   "minibatches",
+                                     "clip_coef",   "clip_vloss", "ent_coef",   "vf_coef",  "max_grad_norm",
+                                     "norm_adv",    "shared",    "hidden",      "activation", "stepper"};
+  char v[256], line[320], origin[4200], why[1024];
   *c = lm_ppo_defaults(NULL);
-#define NEED(key)                                                                                                      \
-  if (!field(head, key, v, sizeof v)) return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks %s", path, key)
-#define BAD(key) return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: %s = '%s' is not valid", path, key, v)
-#define GETI(key, dst)                                                                                                 \
-  NEED(key);                                                                                                           \
-  if (!int_of(v, -((long long)1 << 62), (long long)1 << 62, &i)) BAD(key);                                           \
-  dst = i
-#define GETF(key, dst)                                                                                                 \
-  NEED(key);                                                                                                           \
-  if (!real_of(v, &d)) BAD(key);                                                                                       \
-  dst = (float)d
-  GETI("envs", c->n_envs);
-  GETI("steps", c->horizon);
-  GETI("total_steps", c->total_steps);
-  NEED("seed");
-  if (!u64_of(v, &c->seed)) BAD("seed");
-  GETF("lr", c->lr);
-  GETI("anneal_lr", c->anneal_lr);
-  GETF("gamma", c->gamma);
-  GETF("gae_lambda", c->gae_lambda);
-  GETI("epochs", c->epochs);
-  GETI("minibatches", c->minibatches);
-  GETF("clip_coef", c->clip_coef);
-  GETI("clip_vloss", c->clip_vloss);
-  GETF("ent_coef", c->ent_coef);
-  GETF("vf_coef", c->vf_coef);
-  GETF("max_grad_norm", c->max_grad_norm);
-  GETI("norm_adv", c->norm_adv);
-  GETI("shared", c->policy.shared);
-  NEED("hidden");
-  c->policy.layers = 0;
-  for (char *s = v; *s;) {
-    char *end;
-    errno = 0;
-    long w = strtol(s, &end, 10);
-    if (end == s || errno || w < 1 || w > 4096 || c->policy.layers >= LM_POLICY_MAX_LAYERS) BAD("hidden");
-    c->policy.hidden[c->policy.layers++] = (int)w;
-    s = end;
-    if (*s == ',' && s[1]) s++;
-    else if (*s) BAD("hidden");
+  snprintf(origin, sizeof origin, "checkpoint %s", path);
+  for (size_t k = 0; k < LM_COUNTOF(keys); k++) {
+    if (!field(head, keys[k], v, sizeof v))
+      return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: the header lacks %s", path, keys[k]);
+    snprintf(line, sizeof line, "%s = %s", keys[k], v);
+    if (lm_ppo_config_apply(c, line, origin, NULL, NULL) != LM_OK) {
+      snprintf(why, sizeof why, "%s", lm_last_error());
+      return lm_fail(LM_ERR_CORRUPT, "%s", why);
+    }
   }
-  NEED("activation");
-  if (!strcmp(v, "relu")) c->policy.activation = LM_ACT_RELU;
-  else if (!strcmp(v, "tanh")) c->policy.activation = LM_ACT_TANH;
-  else BAD("activation");
-  NEED("stepper");
-  if (!strcmp(v, "host")) c->stepper = LM_STEPPER_HOST;
-  else if (!strcmp(v, "device")) c->stepper = LM_STEPPER_DEVICE;
-  else BAD("stepper");
-#undef NEED
-#undef BAD
-#undef GETI
-#undef GETF
   if (lm_ppo_config_check(c) != LM_OK) {
-    char why[512];
     snprintf(why, sizeof why, "%s", lm_last_error());
     return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: %s", path, why);
   }
@@ -477,16 +405,16 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   lm_trainer_counters(t, &iter, &steps, &shuffle);
   long long it, es;
   uint64_t sh, run;
-  if (!field(head, "iteration", v, sizeof v) || !int_of(v, 0, (long long)1 << 50, &it)) goto bad;
-  if (!field(head, "env_steps", v, sizeof v) || !int_of(v, 0, (long long)1 << 62, &es)) goto bad;
+  if (!field(head, "iteration", v, sizeof v) || !lm_parse_i64(v, 0, (long long)1 << 50, &it)) goto bad;
+  if (!field(head, "env_steps", v, sizeof v) || !lm_parse_i64(v, 0, (long long)1 << 62, &es)) goto bad;
   long long rows = (long long)(c.n_envs * c.horizon); /* at most 2^28 (lm_ppo_config_check) */
   if (it > ((long long)1 << 62) / rows || es != it * rows) { /* each iteration steps every env `steps` times */
     st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: env_steps = %lld does not match %lld iterations of %lld envs x %lld steps",
                  path, es, it, (long long)c.n_envs, (long long)c.horizon);
     goto done;
   }
-  if (!field(head, "shuffle", v, sizeof v) || !u64_of(v, &sh)) goto bad;
-  if (!field(head, "rollout_run", v, sizeof v) || !u64_of(v, &run)) goto bad;
+  if (!field(head, "shuffle", v, sizeof v) || !lm_parse_u64(v, &sh)) goto bad;
+  if (!field(head, "rollout_run", v, sizeof v) || !lm_parse_u64(v, &run)) goto bad;
   lm_recent rec = {.n = 0};
   if ((st = parse_recent(path, head, &rec)) != LM_OK) goto done;
   *iter = it;

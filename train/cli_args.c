@@ -2,60 +2,33 @@
  * fraction, no hex, no trailing text, no silent wrap), a seed is a whole uint64, a number is
  * finite and in its range, a path is not empty. Every refusal names the option and what it wants,
  * and every bad input exits with LM_CLI_USAGE (2). */
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "compiler/core.h"
 #include "lumen/train.h"
 
-static int digits_only(const char *s, int sign_ok) {
-  if (sign_ok && *s == '-') s++;
-  if (!*s) return 0;
-  for (; *s; s++)
-    if (*s < '0' || *s > '9') return 0;
-  return 1;
-}
-
 int lm_cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = text && digits_only(text, lo < 0) ? strtoll(text, &end, 10) : 0;
-  if (!text || !digits_only(text, lo < 0) || errno || v < lo || v > hi) {
-    fprintf(stderr, "rltrain: %s needs a whole number in %lld..%lld, got '%s'\n", opt, lo, hi, text ? text : "");
-    return 0;
-  }
-  *out = v;
-  return 1;
+  if (lm_parse_i64(text, lo, hi, out)) return 1;
+  fprintf(stderr, "rltrain: %s needs a whole number in %lld..%lld, got '%s'\n", opt, lo, hi, text ? text : "");
+  return 0;
 }
 
 int lm_cli_u64(const char *opt, const char *text, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = text && digits_only(text, 0) ? strtoull(text, &end, 10) : 0;
-  if (!text || !digits_only(text, 0) || errno) {
-    fprintf(stderr, "rltrain: %s needs a whole number in 0..18446744073709551615, got '%s'\n", opt,
-            text ? text : "");
-    return 0;
-  }
-  *out = v;
-  return 1;
+  if (lm_parse_u64(text, out)) return 1;
+  fprintf(stderr, "rltrain: %s needs a whole number in 0..18446744073709551615, got '%s'\n", opt, text ? text : "");
+  return 0;
 }
 
 int lm_cli_real(const char *opt, const char *text, double lo, double hi, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = text ? strtod(text, &end) : 0;
-  if (!text || !*text || end == text || *end || errno || !isfinite(v) || !(v >= lo && v <= hi) ||
-      strchr(text, 'x') || strchr(text, 'X')) {
-    fprintf(stderr, "rltrain: %s needs a number in [%g, %g], got '%s'\n", opt, lo, hi, text ? text : "");
-    return 0;
+  double v;
+  if (lm_parse_real(text, &v) && v >= lo && v <= hi) {
+    *out = v;
+    return 1;
   }
-  *out = v;
-  return 1;
+  fprintf(stderr, "rltrain: %s needs a number in [%g, %g], got '%s'\n", opt, lo, hi, text ? text : "");
+  return 0;
 }
 
 int lm_cli_setting(const char *opt, const char *key, const char *text, double *out) {

@@ -111,29 +111,15 @@ lm_status lm_ppo_config_check(const lm_ppo_config *c) {
 
 /* ---------------------------------------------------------------- settings as text */
 
-static int whole(const char *v, long long lo, long long hi, long long *out) {
-  char *end;
-  if (!*v || (*v == '-' ? lo >= 0 : !(*v >= '0' && *v <= '9'))) return 0;
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (errno || *end || x < lo || x > hi) return 0;
-  *out = x;
-  return 1;
-}
-
 /* One "key = value" setting into c; 0 with why set when the value is not valid for the key, -1
  * for an unknown key. */
 static int apply_one(lm_ppo_config *c, const char *key, const char *v, char *why, size_t cap) {
   double lo, hi;
   int kind = lm_ppo_limit(key, &lo, &hi);
   if (kind) {
-    double x;
+    double x = 0;
     long long i = 0;
-    char *end;
-    errno = 0;
-    if (kind == 2 ? !whole(v, (long long)lo, (long long)hi, &i)
-                  : ((x = strtod(v, &end)), !*v || errno || *end || !isfinite(x) || !(x >= lo && x <= hi) ||
-                     strpbrk(v, "xX"))) {
+    if (kind == 2 ? !lm_parse_i64(v, (long long)lo, (long long)hi, &i) : !lm_parse_real(v, &x) || !(x >= lo && x <= hi)) {
       if (kind == 2) snprintf(why, cap, "%s = '%s': expected a whole number in %.0f..%.0f", key, v, lo, hi);
       else snprintf(why, cap, "%s = '%s': expected a number in [%g, %g]", key, v, lo, hi);
       return 0;
@@ -159,14 +145,10 @@ static int apply_one(lm_ppo_config *c, const char *key, const char *v, char *why
     return 1;
   }
   if (!strcmp(key, "seed")) {
-    char *end;
-    errno = 0;
-    unsigned long long x = *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
-    if (!(*v >= '0' && *v <= '9') || errno || *end) {
+    if (!lm_parse_u64(v, &c->seed)) {
       snprintf(why, cap, "seed = '%s': expected a whole number in 0..18446744073709551615", v);
       return 0;
     }
-    c->seed = x;
     return 1;
   }
   if (!strcmp(key, "hidden")) {
