@@ -1,7 +1,10 @@
 /* Tests for the cpu backend's thread pool (compiler/pool.c): every index runs exactly once, the
  * partition is the documented formula, chunk 0 runs on the caller, per-block float reductions are
- * bitwise identical for any thread count, many back-to-back runs stay correct, and (Linux) a
- * worker runs pinned to another CPU than its creator's. */
+ * bitwise identical for any thread count, many back-to-back runs stay correct, also when workers
+ * are slow and the caller runs their chunks, the rule that sends the pool solo, and (Linux)
+ * workers are free by default and pinned to another CPU than the caller's with LUMEN_PIN=1.
+ * Nothing here depends on how busy the machine is: waits are bounded by counts, and what timing
+ * decides (who runs a chunk, solo or not) is only checked where it cannot vary. */
 #if defined(__linux__)
 #define _GNU_SOURCE
 #endif
@@ -216,6 +219,119 @@ Test(pool, runs_after_workers_fell_asleep_still_complete) {
   lm_pool_free(p);
 }
 
+/* ---- slow workers ---------------------------------------------------------------------------- */
+
+typedef struct slow_job {
+  atomic_int *hits;
+  pthread_t caller;
+} slow_job;
+
+/* Off the caller, every chunk sleeps first: the caller finds the workers' chunks unstarted or
+ * late, runs what it can, and the pool may go solo. */
+static void slow_fn(void *arg, int64_t start, int64_t end) {
+  slow_job *j = arg;
+  if (!pthread_equal(pthread_self(), j->caller)) nanosleep(&(struct timespec){0, 300000}, NULL);
+  for (int64_t i = start; i < end; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+Test(pool, runs_with_slow_workers_complete_every_index_once_and_every_run_is_counted) {
+  enum { N = 1000, ROUNDS = 300 };
+  for (int T = 2; T <= 4; T += 2) {
+    lm_pool *p = NULL;
+    cr_assert_eq(lm_pool_new(T, &p), LM_OK);
+    atomic_int *hits = calloc(N, sizeof *hits);
+    cr_assert(hits);
+    slow_job j = {hits, pthread_self()};
+    for (int r = 0; r < ROUNDS; r++) {
+      lm_pool_run(p, slow_fn, &j, N, 1);
+      for (int i = 0; i < N; i++)
+        cr_assert_eq(atomic_load(&hits[i]), r + 1, "T=%d round %d: index %d ran %d times", T, r, i,
+                     atomic_load(&hits[i]));
+    }
+    lm_pool_judge jd = lm_pool_judgement(p);
+    cr_assert_eq(jd.parallel_runs + jd.solo_runs, ROUNDS, "T=%d: %lld parallel + %lld solo runs", T,
+                 (long long)jd.parallel_runs, (long long)jd.solo_runs);
+    cr_assert_geq(jd.parallel_runs, 1); /* a fresh pool starts parallel */
+    free(hits);
+    lm_pool_free(p);
+  }
+}
+
+/* ---- the judge ------------------------------------------------------------------------------- */
+
+#define MS 1000000LL
+
+Test(pool, a_window_that_loses_sends_the_pool_solo_for_spells_that_double_then_halve) {
+  enum { W = LM_POOL_JUDGE_RUNS };
+  lm_pool_judge j;
+  lm_pool_judge_init(&j);
+  int64_t t = 1000 * MS;
+  cr_assert(!lm_pool_judge_solo(&j, t), "a new pool runs in parallel");
+  /* W - 1 helped runs that each lose a little: the window is not over */
+  for (int r = 0; r < W - 1; r++) cr_assert_eq(lm_pool_judge_run(&j, -1000, 1, t), 0, "run %d", r);
+  cr_assert(!lm_pool_judge_solo(&j, t));
+  /* the last ends a window that lost in all: a spell of the minimum length */
+  cr_assert_eq(lm_pool_judge_run(&j, -1000, 1, t), 1);
+  int64_t first = j.solo_until_ns - t;
+  cr_assert_gt(first, 0);
+  cr_assert(lm_pool_judge_solo(&j, t + first - 1));
+  cr_assert(!lm_pool_judge_solo(&j, t + first), "the spell ends at solo_until_ns");
+  /* one run that loses two milliseconds ends its window at once; the spell doubles */
+  t += first;
+  cr_assert_eq(lm_pool_judge_run(&j, -2 * MS, 1, t), 1);
+  cr_assert_eq(j.solo_until_ns - t, 2 * first);
+  t += 2 * first;
+  cr_assert_eq(lm_pool_judge_run(&j, -2 * MS, 1, t), 1);
+  cr_assert_eq(j.solo_until_ns - t, 4 * first);
+  /* a window that gains: no spell, and the next one is half as long */
+  t += 4 * first;
+  for (int r = 0; r < W; r++) cr_assert_eq(lm_pool_judge_run(&j, 5000, 1, t), 0, "gaining run %d", r);
+  cr_assert(!lm_pool_judge_solo(&j, t));
+  cr_assert_eq(lm_pool_judge_run(&j, -2 * MS, 1, t), 1);
+  cr_assert_eq(j.solo_until_ns - t, 4 * first);
+  /* gains and losses of one window add up: a loss the gains cover is no loss */
+  t += 4 * first;
+  cr_assert_eq(lm_pool_judge_run(&j, 3 * MS, 1, t), 0);
+  cr_assert_eq(lm_pool_judge_run(&j, -2 * MS, 1, t), 0);
+  cr_assert_eq(j.spells, 4);
+}
+
+Test(pool, a_window_where_the_workers_helped_in_under_half_the_runs_loses_whatever_its_score) {
+  enum { W = LM_POOL_JUDGE_RUNS };
+  lm_pool_judge j;
+  lm_pool_judge_init(&j);
+  /* runs a worker helped in, by a lot, then runs the caller did alone: the window is lost as
+   * soon as more than half of it went without the workers, before it is over */
+  for (int r = 0; r < W / 2 - 2; r++) cr_assert_eq(lm_pool_judge_run(&j, 100000, 1, 0), 0);
+  for (int r = 0; r < W / 2; r++) cr_assert_eq(lm_pool_judge_run(&j, -100, 0, 0), 0, "alone run %d", r);
+  cr_assert_eq(lm_pool_judge_run(&j, -100, 0, 0), 1);
+  cr_assert_lt(j.runs, W);
+  cr_assert(lm_pool_judge_solo(&j, 0));
+  /* half and half, with a positive score, does not lose */
+  lm_pool_judge_init(&j);
+  for (int r = 0; r < W / 2; r++) cr_assert_eq(lm_pool_judge_run(&j, -100, 0, 0), 0);
+  for (int r = 0; r < W / 2; r++) cr_assert_eq(lm_pool_judge_run(&j, 100000, 1, 0), 0);
+  cr_assert(!lm_pool_judge_solo(&j, 0));
+  cr_assert_eq(j.spells, 0);
+}
+
+Test(pool, spells_never_grow_past_the_maximum_nor_shrink_below_the_minimum) {
+  lm_pool_judge j;
+  lm_pool_judge_init(&j);
+  int64_t min = j.spell_ns, t = 0, longest = 0;
+  for (int r = 0; r < 100; r++) {
+    cr_assert_eq(lm_pool_judge_run(&j, -10 * MS, 1, t), 1);
+    int64_t spell = j.solo_until_ns - t;
+    cr_assert_geq(spell, longest, "spell %d shrank while losing", r);
+    longest = spell;
+    t = j.solo_until_ns;
+  }
+  cr_assert_leq(longest, 1000 * MS, "spells stay at most a second");
+  for (int w = 0; w < 100; w++)
+    for (int r = 0; r < LM_POOL_JUDGE_RUNS; r++) lm_pool_judge_run(&j, 1000, 1, t);
+  cr_assert_eq(j.spell_ns, min);
+}
+
 /* ---- sizing ---------------------------------------------------------------------------------- */
 
 Test(pool, zero_threads_means_lumen_threads_then_online_cpus) {
@@ -253,46 +369,93 @@ int sched_getcpu(void);
 
 typedef struct where {
   int cpu[2];
+  int by_worker; /* chunk 1 ran off the caller */
+  cpu_set_t affinity; /* of the thread that ran chunk 1 */
+  pthread_t caller;
+  atomic_int started; /* chunk 1 has begun */
 } where;
 
+/* Chunk 0 waits (a bounded number of yields) until chunk 1 has begun, so that a worker runs it
+ * whenever one wakes in that time; the caller takes it otherwise. */
 static void where_fn(void *arg, int64_t start, int64_t end) {
   where *w = arg;
   (void)end;
+  if (start == 1) {
+    atomic_store(&w->started, 1);
+    w->by_worker = !pthread_equal(pthread_self(), w->caller);
+    sched_getaffinity(0, sizeof w->affinity, &w->affinity);
+  } else {
+    for (long i = 0; i < 1000000 && !atomic_load(&w->started); i++) sched_yield();
+  }
   w->cpu[start] = sched_getcpu();
 }
 
-/* Workers are pinned to CPUs other than the caller's (compiler/pool.c: unpinned, a woken worker
- * was placed on the caller's CPU and the two chunks of a run went one after the other): in every
- * run, the worker's chunk runs on another CPU than the caller's chunk, also after the worker fell
- * asleep between runs; LUMEN_PIN=0 leaves it unpinned. Needs two CPUs the process may use. */
-Test(pool, a_workers_chunk_runs_on_another_cpu_than_the_callers) {
+static void where_run(lm_pool *p, where *w) {
+  memset(w, 0, sizeof *w);
+  w->cpu[0] = w->cpu[1] = -1;
+  w->caller = pthread_self();
+  lm_pool_run(p, where_fn, w, 2, 1);
+}
+
+/* By default the workers may run on every CPU the process may use (pinned, they were stuck
+ * behind other processes: compiler/pool.c). */
+Test(pool, workers_are_free_to_run_on_any_allowed_cpu_by_default) {
+  unsetenv("LUMEN_PIN");
+  cpu_set_t allowed;
+  cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  lm_pool *p;
+  cr_assert_eq(lm_pool_new(2, &p), LM_OK);
+  int seen = 0;
+  for (int r = 0; r < 5; r++) {
+    where w;
+    where_run(p, &w);
+    if (!w.by_worker) continue;
+    seen++;
+    cr_assert(CPU_EQUAL(&w.affinity, &allowed), "run %d: the worker's affinity is not the process's", r);
+  }
+  cr_assert_gt(seen, 0, "no worker ran chunk 1 in 5 runs");
+  lm_pool_free(p);
+}
+
+/* With LUMEN_PIN=1 workers are pinned to CPUs other than the caller's (unpinned, a woken worker
+ * could be placed on the caller's CPU and the two chunks of a run went one after the other):
+ * whenever a worker runs chunk 1, it runs on another CPU than the caller's chunk, also after it
+ * fell asleep between runs, and after the caller moved onto the worker's CPU. Needs two CPUs the
+ * process may use. */
+Test(pool, with_lumen_pin_1_a_workers_chunk_runs_on_another_cpu_than_the_callers) {
   cpu_set_t allowed;
   cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
   if (CPU_COUNT(&allowed) < 2) {
     cr_skip_test("one CPU: nothing to pin");
     return;
   }
+  setenv("LUMEN_PIN", "1", 1);
   lm_pool *p;
   cr_assert_eq(lm_pool_new(2, &p), LM_OK);
+  unsetenv("LUMEN_PIN");
+  int seen = 0, worker_cpu = -1;
   for (int r = 0; r < 20; r++) {
-    usleep(2000); /* the worker falls asleep: unpinned, waking it put it on the caller's CPU */
-    where w = {{-1, -1}};
-    lm_pool_run(p, where_fn, &w, 2, 1);
+    usleep(2000); /* the worker falls asleep: unpinned, waking it could put it on the caller's CPU */
+    where w;
+    where_run(p, &w);
+    if (!w.by_worker) continue;
+    seen++;
     cr_assert(CPU_ISSET(w.cpu[1], &allowed));
+    cr_assert_eq(CPU_COUNT(&w.affinity), 1, "run %d: the worker is not pinned", r);
     cr_assert_neq(w.cpu[1], w.cpu[0], "run %d: both chunks ran on CPU %d", r, w.cpu[0]);
+    worker_cpu = w.cpu[1];
   }
+  cr_assert_gt(seen, 0, "no worker ran chunk 1 in 20 runs");
   /* the caller moves onto the worker's CPU: the worker moves away at the next run */
-  where w0 = {{-1, -1}};
-  lm_pool_run(p, where_fn, &w0, 2, 1);
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(w0.cpu[1], &one);
+  CPU_SET(worker_cpu, &one);
   cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
   for (int r = 0; r < 5; r++) {
-    where w = {{-1, -1}};
-    lm_pool_run(p, where_fn, &w, 2, 1);
-    cr_assert_eq(w.cpu[0], w0.cpu[1]);
-    cr_assert_neq(w.cpu[1], w.cpu[0], "after the caller moved: both chunks ran on CPU %d", w.cpu[0]);
+    where w;
+    where_run(p, &w);
+    cr_assert_eq(w.cpu[0], worker_cpu);
+    if (w.by_worker) cr_assert_neq(w.cpu[1], w.cpu[0], "after the caller moved: both chunks ran on CPU %d", w.cpu[0]);
   }
   cr_assert_eq(sched_setaffinity(0, sizeof allowed, &allowed), 0);
   lm_pool_free(p);
