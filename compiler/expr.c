@@ -649,6 +649,40 @@ static int split_by(const lm_exprs *x, const poly *p, const poly *d, poly *q, po
   return !q->bad && !r->bad;
 }
 
+/* For a constant divisor d: each coefficient c of the remainder r written as q_c*d + r_c (q_c*t
+ * moves into the quotient q), with r_c in [0, d) or, failing that, in (-d/2, d/2]; kept when the
+ * new remainder lies in [0, d), so (t + 13 j) % 12 is t + j where t + j < 12 (the rows of a
+ * window view, lm_window: each row of L + 1 read as a row of L). */
+static void reduce_mod(lm_exprs *x, int64_t d, poly *q, poly *r, const lm_xctx *ctx) {
+  poly pd;
+  poly_const(&pd, d);
+  for (int balanced = 0; balanced < 2; balanced++) {
+    poly q2 = *q, r2;
+    poly_const(&r2, 0);
+    int moved = 0;
+    for (int i = 0; i < r->n; i++) {
+      term t = r->t[i];
+      int64_t rc = floormod(t.c, d);
+      if (balanced && rc > d / 2) rc -= d;
+      int64_t qc = (t.c - rc) / d;
+      if (qc) {
+        term tq = t;
+        tq.c = qc;
+        poly_addterm(x, &q2, &tq);
+        moved = 1;
+      }
+      if (rc) {
+        t.c = rc;
+        poly_addterm(x, &r2, &t);
+      }
+    }
+    if (moved && !q2.bad && !r2.bad && poly_within(x, &r2, &pd, ctx)) {
+      *q = q2, *r = r2;
+      return;
+    }
+  }
+}
+
 static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, const lm_xctx *ctx) {
   poly pa, pb, q, r;
   lm_expr sa = lm_x_simplify(x, a, ctx), sb = lm_x_simplify(x, b, ctx);
@@ -708,6 +742,8 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
     q.n = 0;
     r = pa;
   }
+  int64_t d;
+  if (poly_is_const(&pb, &d) && d > 1 && !poly_within(x, &r, &pb, ctx)) reduce_mod(x, d, &q, &r, ctx);
   lm_expr rest;
   if (poly_within(x, &r, &pb, ctx)) rest = op == LM_X_DIV ? lm_x_const(x, 0) : poly_expr(x, &r);
   else if (r.n == 0) rest = lm_x_const(x, 0);

@@ -106,9 +106,23 @@ static lm_tensor tri_inclusive(lm_graph_t *g, lm_dim n) {
   return lm_slice(lm_slice(tri_strict(g, n1), 0, 1, n1), 1, 0, n);
 }
 
+/* For a constant n: i as the sum of its binary digits' values, one view per digit k ([0, 2^k]
+ * repeated so that entry i reads 2^k exactly where bit k of i is set), so an entry costs about
+ * log2(n) additions wherever it is used, not a reduction of n. A symbolic n sums the strict
+ * triangular mask instead. */
 lm_tensor lm_arange(lm_graph_t *g, lm_dim n) {
   if (!g) return invalid;
-  return lm_sum_reduce(tri_strict(g, n), 1);
+  if (n < 0 || n > (1 << 24)) return lm_sum_reduce(tri_strict(g, n), 1);
+  if (n <= 1) return lm_full(g, 0.0f, 1, &n);
+  lm_tensor acc = invalid;
+  for (lm_dim blk = 1; blk < n; blk *= 2) {
+    lm_dim reps = (n + 2 * blk - 1) / (2 * blk), flat = reps * 2 * blk;
+    lm_tensor bit = lm_pad(lm_full(g, (float)blk, 1, (lm_dim[]){1}), 0, 1, 0); /* [0, blk] */
+    lm_tensor t = lm_expand(lm_expand(bit, 0, reps), 2, blk);                  /* [reps, 2, blk] */
+    t = lm_slice(lm_reshape(t, 1, &flat), 0, 0, n);
+    acc = blk > 1 ? lm_add(acc, t) : t;
+  }
+  return acc;
 }
 
 /* ---------------------------------------------------------------- arithmetic */
@@ -414,4 +428,105 @@ lm_tensor lm_squeeze(lm_tensor x, int axis) {
   for (int i = 0, k = 0; i < r; i++)
     if (i != a) dims[k++] = lm_dim_of(x, i);
   return lm_reshape(x, r - 1, dims);
+}
+
+/* ---------------------------------------------------------------- grids and games */
+
+/* [n, 1, .., 1]: 0 .. n-1 along axis a of a rank-r tensor (broadcasts over the other axes) */
+static lm_tensor arange_along(lm_graph_t *g, lm_dim n, int r, int a) {
+  lm_dim shape[LM_MAX_RANK];
+  shape[0] = n;
+  for (int i = 1; i < r - a; i++) shape[i] = 1;
+  return lm_reshape(lm_arange(g, n), r - a, shape);
+}
+
+lm_tensor lm_roll(lm_tensor x, int axis, lm_dim shift) {
+  if (bad(x)) return invalid;
+  int a = axis_in(x, axis, 0, "roll");
+  if (a < 0) return invalid;
+  lm_dim n = lm_dim_of(x, a);
+  if (n < 1) return lm_graph_error(x.g, 0, "roll: axis %d needs a constant extent", a), invalid;
+  lm_dim b = ((-shift) % n + n) % n; /* y[i] = x[(i - shift) mod n] */
+  return b ? lm_affine_mod(x, a, 1, b) : x;
+}
+
+lm_tensor lm_count_nonzero(lm_tensor x, int axis) {
+  if (bad(x)) return invalid;
+  int a = axis_in(x, axis, 0, "count_nonzero");
+  return a < 0 ? invalid : lm_sum_reduce(lm_ne(x, cst(x, 0.0f)), a);
+}
+
+/* min over the axis of (cond ? i : n), max of (cond ? i : -1): small integers, exact */
+static lm_tensor index_where(lm_tensor cond, int axis, int last) {
+  if (bad(cond)) return invalid;
+  int a = axis_in(cond, axis, 0, last ? "last_index" : "first_index");
+  if (a < 0) return invalid;
+  lm_dim n = lm_dim_of(cond, a);
+  if (n < 1) return lm_graph_error(cond.g, 0, "%s: axis %d needs a constant extent", last ? "last_index" : "first_index", a), invalid;
+  lm_tensor i = arange_along(cond.g, n, lm_rank(cond), a);
+  lm_tensor at = select01(lm_ne(cond, cst(cond, 0.0f)), i, cst(cond, last ? -1.0f : (float)n));
+  return last ? lm_max(at, a, 0) : lm_min(at, a, 0);
+}
+
+lm_tensor lm_first_index(lm_tensor cond, int axis) { return index_where(cond, axis, 0); }
+lm_tensor lm_last_index(lm_tensor cond, int axis) { return index_where(cond, axis, 1); }
+
+/* ---------------------------------------------------------------- windows and convolution */
+
+/* Stride-1 windows of k along the last axis as views alone (tinygrad's trick): x [.., L] is
+ * repeated k times ([.., k, L]), flattened, padded by k and cut into rows of L + 1, so row j is
+ * x shifted by j: element (j, t) is x[t + j]; the first L - k + 1 columns are the windows. */
+static lm_tensor window_last(lm_tensor x, lm_dim k) {
+  int r = lm_rank(x);
+  lm_dim d[LM_MAX_RANK];
+  for (int i = 0; i < r - 1; i++) d[i] = lm_dim_of(x, i);
+  lm_dim L = lm_dim_of(x, r - 1);
+  lm_tensor e = lm_expand(x, r - 1, k); /* [.., k, L] */
+  d[r - 1] = k * L;
+  lm_tensor f = lm_pad(lm_reshape(e, r, d), r - 1, 0, k); /* [.., k (L + 1)] */
+  d[r - 1] = k, d[r] = L + 1;
+  lm_tensor rows = lm_reshape(f, r + 1, d); /* [.., k, L + 1]: row j starts at x[j] */
+  lm_tensor w = lm_slice(rows, r, 0, L - k + 1);   /* [.., k, L - k + 1] */
+  return lm_transpose(w, r - 1, r);                /* [.., L - k + 1, k] */
+}
+
+lm_tensor lm_window(lm_tensor x, int axis, lm_dim k) {
+  if (bad(x)) return invalid;
+  int a = axis_in(x, axis, 0, "window");
+  if (a < 0) return invalid;
+  int r = lm_rank(x);
+  lm_dim L = lm_dim_of(x, a);
+  if (r + 1 > LM_MAX_RANK) return lm_graph_error(x.g, 0, "window: rank %d leaves no room for the window axis", r), invalid;
+  if (L < 1 || k < 1 || k > L)
+    return lm_graph_error(x.g, 0, "window: %lld-wide windows along axis %d of extent %lld", (long long)k, a, (long long)L),
+           invalid;
+  int perm[LM_MAX_RANK];
+  for (int i = 0, j = 0; i < r; i++) /* the axis last, the others in order */
+    if (i != a) perm[j++] = i;
+  perm[r - 1] = a;
+  lm_tensor w = window_last(lm_permute(x, perm), k); /* [others.., L - k + 1, k] */
+  int back[LM_MAX_RANK]; /* the axes before a, the window start t, its offset j, the axes after a */
+  for (int i = 0; i < a; i++) back[i] = i;
+  back[a] = r - 1, back[a + 1] = r;
+  for (int i = a; i < r - 1; i++) back[i + 2] = i;
+  return lm_permute(w, back);
+}
+
+lm_tensor lm_conv2d(lm_tensor x, lm_tensor w, int kh, int kw) {
+  if (bad(x) || bad(w)) return invalid;
+  lm_graph_t *g = x.g;
+  char sx[256], sw[256];
+  if (lm_rank(x) != 4 || lm_rank(w) != 2 || lm_dim_of(x, 3) < 1 || kh < 1 || kw < 1 || kh % 2 == 0 || kw % 2 == 0 ||
+      lm_dim_of(w, 0) != (lm_dim)kh * kw * lm_dim_of(x, 3)) {
+    lm_graph_error(g, 0, "conv2d: x %s [B, H, W, C] and w %s [%d*%d*C, F] with odd kernel sides do not fit",
+                   shape_text(x, sx, sizeof sx), shape_text(w, sw, sizeof sw), kh, kw);
+    return invalid;
+  }
+  lm_dim B = lm_dim_of(x, 0), H = lm_dim_of(x, 1), W = lm_dim_of(x, 2), C = lm_dim_of(x, 3);
+  /* SAME padding, then each output cell's kh x kw x C window as a view: [B, H, kh, W, kw, C] */
+  lm_tensor p = lm_pad(lm_pad(x, 1, kh / 2, kh / 2), 2, kw / 2, kw / 2);
+  lm_tensor win = lm_window(lm_window(p, 1, kh), 3, kw); /* [B, H, kh, W, kw, C] after both */
+  lm_tensor cells = lm_permute(win, (const int[]){0, 1, 3, 2, 4, 5}); /* [B, H, W, kh, kw, C] */
+  lm_tensor rows = lm_reshape(cells, 4, (lm_dim[]){B, H, W, (lm_dim)kh * kw * C});
+  return lm_matmul(rows, w); /* [B, H, W, F] */
 }

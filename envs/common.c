@@ -2,6 +2,7 @@
  * uniform reset draws and the uniform random policy, each as a graph and as the scalar code
  * that reproduces the graph bit for bit (same float32 operations in the same order). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "core.h"
 #include "lumen/env.h"
@@ -39,14 +40,17 @@ lm_tensor lm_env_select(lm_tensor c, lm_tensor a, lm_tensor b) {
 }
 
 lm_tensor lm_env_reset_uniform(lm_graph_t *g, lm_dim n_envs, int size, const float *low, const float *high) {
-  if (!g || size < 1 || size > LM_ENV_MAX_STATE) return invalid;
+  if (!g || size < 1 || size > LM_ENV_SIZE_LIMIT || !low || !high) return invalid;
   lm_tensor u = lm_rand_stream(g, LM_ENV_STREAM_RESET, 2, (lm_dim[]){n_envs, size});
-  lm_tensor cols[LM_ENV_MAX_STATE];
+  lm_tensor *cols = malloc((size_t)size * sizeof *cols);
+  if (!cols) return invalid;
   for (int k = 0; k < size; k++) {
     float scale = high[k] - low[k];
     cols[k] = lm_add(lm_mul(lm_env_col(u, k), lm_const(g, scale)), lm_const(g, low[k]));
   }
-  return lm_env_stack(cols, size);
+  lm_tensor out = lm_env_stack(cols, size);
+  free(cols);
+  return out;
 }
 
 void lm_env_ref_reset_uniform(float *state, int size, const float *low, const float *high, uint64_t seed,
@@ -57,6 +61,29 @@ void lm_env_ref_reset_uniform(float *state, int size, const float *low, const fl
     float v = u * scale; /* two statements: no contraction into an FMA */
     state[k] = v + low[k];
   }
+}
+
+/* [1, h * w]: each cell's row (axis 0) or column (axis 1), a view of lm_arange */
+static lm_tensor cell_coord(lm_graph_t *g, int h, int w, int axis) {
+  lm_tensor c = lm_expand(lm_arange(g, axis ? w : h), axis ? 0 : 1, axis ? h : w); /* [h, w] */
+  return lm_reshape(c, 2, (lm_dim[]){1, (lm_dim)h * w});
+}
+
+lm_tensor lm_env_cell_mask(lm_tensor y, lm_tensor x, int h, int w) {
+  if (!lm_tensor_ok(y) || !lm_tensor_ok(x) || h < 1 || w < 1) return invalid;
+  lm_graph_t *g = x.g;
+  /* the row and the column compared apart: a position off the map matches no cell */
+  return lm_mul(lm_eq(lm_unsqueeze(y, -1), cell_coord(g, h, w, 0)), lm_eq(lm_unsqueeze(x, -1), cell_coord(g, h, w, 1)));
+}
+
+lm_tensor lm_env_cell_get(lm_tensor map, lm_tensor y, lm_tensor x, int h, int w) {
+  return lm_sum(lm_mul(map, lm_env_cell_mask(y, x, h, w)), -1, 0);
+}
+
+lm_tensor lm_env_cell_set(lm_tensor map, lm_tensor y, lm_tensor x, int h, int w, lm_tensor value, lm_tensor where) {
+  lm_tensor m = lm_mul(lm_env_cell_mask(y, x, h, w), lm_unsqueeze(where, -1));
+  return lm_where(m, lm_broadcast_to(lm_unsqueeze(value, -1), 2, (lm_dim[]){lm_dim_of(map, 0), lm_dim_of(map, 1)}),
+                  map);
 }
 
 int lm_env_action_size(const lm_env_spec *env) {
@@ -79,12 +106,15 @@ lm_tensor lm_env_random_action(const lm_env_spec *env, lm_graph_t *g, lm_dim n_e
   }
   int a = env->action.n;
   lm_tensor u = lm_rand_stream(g, LM_ENV_STREAM_ACTION, 2, (lm_dim[]){n_envs, a});
-  lm_tensor cols[LM_ENV_MAX_ACT];
+  lm_tensor *cols = malloc((size_t)a * sizeof *cols);
+  if (!cols) return invalid;
   for (int k = 0; k < a; k++) {
     float scale = env->action.high[k] - env->action.low[k];
     cols[k] = lm_add(lm_mul(lm_env_col(u, k), lm_const(g, scale)), lm_const(g, env->action.low[k]));
   }
-  return lm_env_stack(cols, a);
+  lm_tensor out = lm_env_stack(cols, a);
+  free(cols);
+  return out;
 }
 
 void lm_env_ref_random_action(const lm_env_spec *env, uint64_t seed, uint64_t envi, uint64_t run, float *action) {

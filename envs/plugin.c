@@ -6,6 +6,7 @@
  * The registry remembers where each plugin came from (its path and a hash of its bytes), which
  * checkpoints record so that eval, view and --resume can find the env again. */
 #include <dlfcn.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -111,6 +112,29 @@ static const char *include_dir(void) {
   return NULL;
 }
 
+/* A hash of every header in inc/lumen: part of a plugin's cache key, so a plugin compiled
+ * against other headers (an older lumen) is compiled again rather than loaded. */
+static uint64_t headers_hash(const char *inc) {
+  char dir[PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s/lumen", inc);
+  DIR *d = opendir(dir);
+  uint64_t h = 0x48454144ull;
+  if (!d) return h;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name), n = 0;
+    if (len < 3 || strcmp(e->d_name + len - 2, ".h")) continue;
+    char file[PATH_MAX + 300];
+    snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+    char *text = read_file(file, MAX_SOURCE, &n);
+    /* an order-free combination: readdir's order is not fixed */
+    if (text) h += lm_hash_bytes(e->d_name, len, lm_hash_bytes(text, n, 0x48ull));
+    lm_free(text);
+  }
+  closedir(d);
+  return h;
+}
+
 static lm_status load_locked(const char *path, const lm_env_spec **out) {
   char real[PATH_MAX];
   if (!realpath(path, real)) return lm_fail(LM_ERR_IO, "env plugin %s: %s", path, strerror(errno));
@@ -137,7 +161,7 @@ static lm_status load_locked(const char *path, const lm_env_spec **out) {
     else if ((st = lm_cc_open(&cc)) == LM_OK) {
       lm_sb src = {0}, flags = {0};
       lm_sb_printf(&src, "#line 1 \"%s\"\n%s", real, bytes); /* compiler messages name the user's file */
-      lm_sb_printf(&flags, "-I%s", inc);
+      lm_sb_printf(&flags, "-I%s -DLUMEN_HEADERS=0x%016llx", inc, (unsigned long long)headers_hash(inc));
       char *text = lm_sb_take(&src), *fl = lm_sb_take(&flags);
       st = text && fl ? lm_cc_build_ex(cc, text, fl, &p->lib) : LM_ERR_NOMEM;
       lm_free(text);
@@ -155,6 +179,14 @@ static lm_status load_locked(const char *path, const lm_env_spec **out) {
   if (st == LM_OK && !entry)
     st = lm_fail(LM_ERR_INVALID, "env plugin %s: no LM_ENV_PLUGIN(spec) in it (the symbol lm_env_plugin_v1 is missing)",
                  path);
+  if (st == LM_OK) { /* the layout of lm_env_spec it was compiled against */
+    void *abi_sym = p->lib ? lm_cc_sym(p->lib, "lm_env_plugin_abi") : dlsym(p->handle, "lm_env_plugin_abi");
+    int abi = abi_sym ? ((int (*)(void))(uintptr_t)abi_sym)() : 0;
+    if (abi != LM_ENV_ABI)
+      st = lm_fail(LM_ERR_INVALID, "env plugin %s was built against another lumen's env.h (env ABI %#x, this lumen's "
+                                   "%#x): build it again against these headers", path, (unsigned)abi,
+                   (unsigned)LM_ENV_ABI);
+  }
   const lm_env_spec *spec = NULL;
   if (st == LM_OK) {
     const lm_env_spec *(*get)(void) = (const lm_env_spec *(*)(void))(uintptr_t)entry;
@@ -197,6 +229,7 @@ lm_status lm_env_resolve(const char *name_or_path, const lm_env_spec **out) {
 
 int lm_env_origin(const lm_env_spec *env, char *path, size_t cap, char *hash, size_t hcap) {
   int found = 0;
+  env = lm_env_base(env); /* a configured plugin env comes from its plugin */
   pthread_mutex_lock(&plugin_mu);
   for (int i = 0; i < nplugins && !found; i++)
     if (plugins[i].spec == env) {

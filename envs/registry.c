@@ -8,7 +8,7 @@
 #include "lumen/env.h"
 
 extern const lm_env_spec lm_env_cartpole, lm_env_pendulum, lm_env_mountaincar, lm_env_mountaincar_continuous,
-    lm_env_acrobot, lm_env_pointmass;
+    lm_env_acrobot, lm_env_pointmass, lm_env_minatar_breakout, lm_env_minatar_space_invaders;
 
 static const lm_env_spec *const registry[] = {
     &lm_env_cartpole,
@@ -17,6 +17,8 @@ static const lm_env_spec *const registry[] = {
     &lm_env_mountaincar_continuous,
     &lm_env_acrobot,
     &lm_env_pointmass, /* examples/pointmass.c */
+    &lm_env_minatar_breakout,
+    &lm_env_minatar_space_invaders,
 };
 
 enum { MAX_ADDED = 64 };

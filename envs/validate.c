@@ -56,20 +56,40 @@ static lm_status check_fields(const lm_env_spec *e) {
   if (refs != 0 && refs != 3)
     return lm_fail(LM_ERR_INVALID, "env %s: a reference stepper needs ref_reset, ref_step and ref_observe (%s is NULL)",
                    e->name, !e->ref_reset ? "ref_reset" : !e->ref_step ? "ref_step" : "ref_observe");
-  if (e->state_size < 1 || e->state_size > LM_ENV_MAX_STATE)
-    return lm_fail(LM_ERR_INVALID, "env %s: state_size = %d, expected 1 to %d (LM_ENV_MAX_STATE)", e->name,
-                   e->state_size, LM_ENV_MAX_STATE);
-  if (e->obs_size < 1 || e->obs_size > LM_ENV_MAX_OBS)
-    return lm_fail(LM_ERR_INVALID, "env %s: obs_size = %d, expected 1 to %d (LM_ENV_MAX_OBS)", e->name, e->obs_size,
-                   LM_ENV_MAX_OBS);
+  if (e->state_size < 1 || e->state_size > LM_ENV_SIZE_LIMIT)
+    return lm_fail(LM_ERR_INVALID, "env %s: state_size = %d, expected 1 to %d", e->name, e->state_size,
+                   LM_ENV_SIZE_LIMIT);
+  if (e->obs_size < 1 || e->obs_size > LM_ENV_SIZE_LIMIT)
+    return lm_fail(LM_ERR_INVALID, "env %s: obs_size = %d, expected 1 to %d", e->name, e->obs_size, LM_ENV_SIZE_LIMIT);
+  if (e->obs_rank < 0 || e->obs_rank > LM_MAX_RANK)
+    return lm_fail(LM_ERR_INVALID, "env %s: obs_rank = %d, expected 0 (a vector) to %d", e->name, e->obs_rank, LM_MAX_RANK);
+  if (e->obs_rank) {
+    long long n = 1;
+    char shape[128] = "";
+    for (int k = 0; k < e->obs_rank; k++) {
+      n *= e->obs_shape[k] > 0 ? e->obs_shape[k] : 0;
+      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", k ? " x " : "", e->obs_shape[k]);
+      if (n > LM_ENV_SIZE_LIMIT) n = -1;
+      if (n <= 0) break;
+    }
+    if (n != e->obs_size)
+      return lm_fail(LM_ERR_INVALID, "env %s: obs_shape %s does not hold obs_size = %d elements", e->name, shape,
+                     e->obs_size);
+  }
+  if (!e->obs_low != !e->obs_high)
+    return lm_fail(LM_ERR_INVALID, "env %s: obs_%s is set and obs_%s is NULL (give both bounds, or neither: unbounded)",
+                   e->name, e->obs_low ? "low" : "high", e->obs_low ? "high" : "low");
   if (e->action.kind == LM_SPACE_DISCRETE) {
-    if (e->action.n < 2 || e->action.n > (1 << 24))
-      return lm_fail(LM_ERR_INVALID, "env %s: a discrete action space of %d actions, expected 2 or more", e->name,
-                     e->action.n);
+    if (e->action.n < 2 || e->action.n > LM_ENV_SIZE_LIMIT)
+      return lm_fail(LM_ERR_INVALID, "env %s: a discrete action space of %d actions, expected 2 to %d", e->name,
+                     e->action.n, LM_ENV_SIZE_LIMIT);
   } else if (e->action.kind == LM_SPACE_BOX) {
-    if (e->action.n < 1 || e->action.n > LM_ENV_MAX_ACT)
-      return lm_fail(LM_ERR_INVALID, "env %s: a box action space of %d dimensions, expected 1 to %d (LM_ENV_MAX_ACT)",
-                     e->name, e->action.n, LM_ENV_MAX_ACT);
+    if (e->action.n < 1 || e->action.n > LM_ENV_SIZE_LIMIT)
+      return lm_fail(LM_ERR_INVALID, "env %s: a box action space of %d dimensions, expected 1 to %d", e->name,
+                     e->action.n, LM_ENV_SIZE_LIMIT);
+    if (!e->action.low || !e->action.high)
+      return lm_fail(LM_ERR_INVALID, "env %s: a box action space needs action.low and action.high (%s is NULL)", e->name,
+                     !e->action.low ? "low" : "high");
     for (int k = 0; k < e->action.n; k++)
       if (!isfinite(e->action.low[k]) || !isfinite(e->action.high[k]) || !(e->action.low[k] < e->action.high[k]))
         return lm_fail(LM_ERR_INVALID, "env %s: action bounds [%g, %g] of dimension %d are not finite with low < high",
@@ -116,7 +136,21 @@ done:
   return st;
 }
 
+/* The observation bounds, read only once the observe graph has shown obs_size is the width the
+ * env means (the arrays hold obs_size floats each). */
+static lm_status check_bounds(const lm_env_spec *e) {
+  for (int k = 0; e->obs_low && k < e->obs_size; k++)
+    if (!(e->obs_low[k] <= e->obs_high[k]))
+      return lm_fail(LM_ERR_INVALID, "env %s: observation bounds [%g, %g] of element %d are not low <= high", e->name,
+                     (double)e->obs_low[k], (double)e->obs_high[k], k);
+  return LM_OK;
+}
+
+lm_status lm_env_check_params(const lm_env_spec *env); /* envs/params.c */
+
 lm_status lm_env_validate(const lm_env_spec *e) {
   lm_status st = check_fields(e);
-  return st != LM_OK ? st : check_graphs(e);
+  if (st == LM_OK) st = lm_env_check_params(e);
+  if (st == LM_OK) st = check_graphs(e);
+  return st != LM_OK ? st : check_bounds(e);
 }

@@ -9,12 +9,35 @@
 #include "lumen/env.h"
 #include "lumen/ops.h"
 
+/* The agent's action as the env's (lm_env_configure): through the action map, then sticky: with
+ * probability `sticky` the env applies the action it applied last (MinAtar's wrapper), kept in the
+ * STATE input prefix + "last_action" ([N], 0 at first, carried across episodes as MinAtar does). */
+static lm_tensor env_action(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n, lm_tensor a) {
+  if (env->action.kind != LM_SPACE_DISCRETE) return a;
+  if (env->action_map) {
+    lm_tensor m = lm_mul(lm_eq(a, lm_const(g, 0.0f)), lm_const(g, (float)env->action_map[0]));
+    for (int k = 1; k < env->action.n; k++)
+      m = lm_add(m, lm_mul(lm_eq(a, lm_const(g, (float)k)), lm_const(g, (float)env->action_map[k])));
+    a = m;
+  }
+  if (env->sticky > 0) {
+    char name[256];
+    snprintf(name, sizeof name, "%slast_action", prefix);
+    lm_tensor last = lm_graph_input(g, name);
+    if (!lm_tensor_ok(last)) last = lm_input(g, name, LM_ROLE_STATE, 1, &n);
+    lm_tensor u = lm_rand_stream(g, LM_ENV_STREAM_STICKY, 1, &n);
+    a = lm_env_select(lm_lt(u, lm_const(g, env->sticky)), last, a);
+    if (lm_assign(last, a) != LM_OK) return (lm_tensor){0};
+  }
+  return a;
+}
+
 lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n_envs,
                           lm_tensor action, lm_vec_step *out) {
   if (!env || !g || !out) return lm_fail(LM_ERR_INVALID, "lm_env_vec_step: %s is NULL", !env ? "env" : !g ? "graph" : "out");
   memset(out, 0, sizeof *out);
   if (!prefix) prefix = "";
-  if (env->time_limit < 1 || env->state_size < 1 || env->state_size > LM_ENV_MAX_STATE)
+  if (env->time_limit < 1 || env->state_size < 1 || env->state_size > LM_ENV_SIZE_LIMIT)
     return lm_fail(LM_ERR_INVALID, "lm_env_vec_step: env '%s' has time limit %d and state size %d", env->name,
                    env->time_limit, env->state_size);
   char name[256];
@@ -27,6 +50,7 @@ lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *pre
   lm_tensor t = lm_graph_input(g, name);
   if (!lm_tensor_ok(t)) t = lm_input(g, name, LM_ROLE_STATE, 1, &n_envs);
 
+  action = env_action(env, g, prefix, n_envs, action);
   lm_env_step_out st;
   memset(&st, 0, sizeof st);
   env->step(g, state, action, &st);

@@ -1,4 +1,4 @@
-/* policy/policy.c — actor-critic MLP graphs, categorical and diagonal-Gaussian heads, and
+/* policy/policy.c — actor-critic MLP graphs (after a convolution for image observations), categorical and diagonal-Gaussian heads, and
  * orthogonal initialisation on the host (Householder QR of a Gaussian matrix, as
  * torch.nn.init.orthogonal_ does). */
 #include <math.h>
@@ -26,6 +26,15 @@ static lm_status add_param(lm_graph_t *g, lm_policy *p, const char *name, int ro
   return lm_tensor_ok(p->param[i]) ? LM_OK : lm_fail(LM_ERR_INVALID, "policy: cannot declare %s", name);
 }
 
+/* The convolution's kernel [9 C, F] (rows in (dy, dx, c) order, lm_conv2d) and bias [F]. */
+static lm_status add_conv(lm_graph_t *g, lm_policy *p, const char *prefix) {
+  char name[24];
+  snprintf(name, sizeof name, "%s.conv.w", prefix);
+  lm_status st = add_param(g, p, name, 9 * p->image[2], p->cfg.conv, sqrtf(2.0f));
+  snprintf(name, sizeof name, "%s.conv.b", prefix);
+  return st == LM_OK ? add_param(g, p, name, p->cfg.conv, 0, 0.0f) : st;
+}
+
 /* Declares the weights and biases of one MLP: trunk layers then a head of width `out`. */
 static lm_status add_mlp(lm_graph_t *g, lm_policy *p, const char *prefix, int in, int out, float head_gain,
                          int trunk) {
@@ -46,20 +55,35 @@ static lm_status add_mlp(lm_graph_t *g, lm_policy *p, const char *prefix, int in
   return st;
 }
 
-lm_status lm_policy_build(lm_graph_t *g, const lm_policy_config *cfg, int obs_size, const lm_space *action,
-                          lm_policy *out) {
+lm_status lm_policy_build(lm_graph_t *g, const lm_policy_config *cfg, const lm_env_spec *env, lm_policy *out) {
   memset(out, 0, sizeof *out);
+  if (!env) return lm_fail(LM_ERR_INVALID, "policy: no env");
+  int obs_size = env->obs_size;
+  const lm_space *action = &env->action;
   if (cfg->layers < 1 || cfg->layers > LM_POLICY_MAX_LAYERS)
     return lm_fail(LM_ERR_INVALID, "policy: %d hidden layers (1..%d supported)", cfg->layers, LM_POLICY_MAX_LAYERS);
   for (int l = 0; l < cfg->layers; l++)
     if (cfg->hidden[l] < 1) return lm_fail(LM_ERR_INVALID, "policy: hidden layer %d has width %d", l, cfg->hidden[l]);
   if (obs_size < 1 || action->n < 1) return lm_fail(LM_ERR_INVALID, "policy: empty observation or action space");
+  if (cfg->conv < 0 || cfg->conv > 1024)
+    return lm_fail(LM_ERR_INVALID, "policy: %d convolution filters (0 to 1024)", cfg->conv);
+  if (cfg->conv && (env->obs_rank != 3 || env->obs_shape[0] < 1 || env->obs_shape[1] < 1 || env->obs_shape[2] < 1))
+    return lm_fail(LM_ERR_INVALID, "policy: a convolution needs an image observation (height x width x channels), and "
+                                   "%s's observation is %s", env->name ? env->name : "the env",
+                   env->obs_rank ? "not of rank 3" : "a vector");
   out->cfg = *cfg;
   out->obs_size = obs_size;
   out->action = *action;
-  int width = action->n;
-  lm_status st = add_mlp(g, out, "pi", obs_size, width, 0.01f, 1);
-  if (st == LM_OK) st = add_mlp(g, out, "v", obs_size, 1, 1.0f, !cfg->shared);
+  int width = action->n, in = obs_size;
+  lm_status st = LM_OK;
+  if (cfg->conv) {
+    memcpy(out->image, env->obs_shape, sizeof out->image);
+    in = out->image[0] * out->image[1] * cfg->conv; /* the trunk's input: the flattened feature map */
+    st = add_conv(g, out, "pi");
+    if (st == LM_OK && !cfg->shared) st = add_conv(g, out, "v");
+  }
+  if (st == LM_OK) st = add_mlp(g, out, "pi", in, width, 0.01f, 1);
+  if (st == LM_OK) st = add_mlp(g, out, "v", in, 1, 1.0f, !cfg->shared);
   if (st == LM_OK && action->kind == LM_SPACE_BOX) st = add_param(g, out, "pi.log_std", width, 0, 0.0f);
   return st;
 }
@@ -84,6 +108,13 @@ static lm_tensor activate(const lm_policy *p, lm_tensor x) {
 }
 
 static lm_tensor trunk(const lm_policy *p, const char *prefix, lm_tensor x) {
+  if (p->cfg.conv) { /* [B, H*W*C] -> image -> relu(conv + b) -> [B, H*W*F] */
+    lm_dim b = lm_dim_of(x, 0), h = p->image[0], w = p->image[1];
+    lm_tensor img = lm_reshape(x, 4, (lm_dim[]){b, h, w, p->image[2]});
+    lm_tensor y = lm_conv2d(img, param(p, "%s.conv.w", prefix, 0), 3, 3);
+    y = lm_relu(lm_add(y, param(p, "%s.conv.b", prefix, 0)));
+    x = lm_reshape(y, 2, (lm_dim[]){b, h * w * p->cfg.conv});
+  }
   for (int l = 0; l < p->cfg.layers; l++)
     x = activate(p, dense(x, param(p, "%s.w%d", prefix, l), param(p, "%s.b%d", prefix, l)));
   return x;

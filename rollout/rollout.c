@@ -20,6 +20,7 @@ struct lm_rollout {
   lm_program_t *pol;    /* host: obs -> action, logp, value */
   /* host stepper */
   float *state, *t, *ep_ret, *ep_len;
+  float *last; /* the env's last action, for sticky actions (lm_env_ref_action) */
   float *traj[8]; /* obs, action, logp, value, reward, terminated, truncated, final_obs */
   double sum_ret, sum_len, count;
   uint64_t seed, run;
@@ -47,7 +48,7 @@ lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config
   lm_tensor state = state_input(g, "env.state", N, env->state_size);
   state_input(g, "env.t", N, 0);
   lm_tensor obs = env->observe(g, state);
-  lm_status st = lm_policy_build(g, cfg, env->obs_size, &env->action, policy);
+  lm_status st = lm_policy_build(g, cfg, env, policy);
   lm_policy_out po;
   if (st == LM_OK) st = lm_policy_forward(policy, obs, &po);
   lm_tensor logp, action = lm_policy_sample(policy, &po, LM_STREAM_ACTION, &logp);
@@ -115,7 +116,7 @@ static lm_status build_host(lm_rollout *r, const lm_policy_config *cfg) {
   if (!g) return LM_ERR_NOMEM;
   lm_dim N = lm_sym(g, "N");
   lm_tensor obs = lm_input(g, "obs", LM_ROLE_DATA, 2, (lm_dim[]){N, env->obs_size});
-  lm_status st = lm_policy_build(g, cfg, env->obs_size, &env->action, &r->policy);
+  lm_status st = lm_policy_build(g, cfg, env, &r->policy);
   lm_policy_out po;
   if (st == LM_OK) st = lm_policy_forward(&r->policy, obs, &po);
   lm_tensor logp, action = lm_policy_sample(&r->policy, &po, LM_STREAM_ACTION, &logp);
@@ -148,7 +149,8 @@ static lm_status build_host(lm_rollout *r, const lm_policy_config *cfg) {
   r->t = lm_calloc(n, sizeof(float));
   r->ep_ret = lm_calloc(n, sizeof(float));
   r->ep_len = lm_calloc(n, sizeof(float));
-  if (!r->state || !r->t || !r->ep_ret || !r->ep_len) return LM_ERR_NOMEM;
+  r->last = lm_calloc(n, sizeof(float));
+  if (!r->state || !r->t || !r->ep_ret || !r->ep_len || !r->last) return LM_ERR_NOMEM;
   for (int i = 0; i < 8; i++)
     if (!(r->traj[i] = lm_calloc((size_t)r->T * n * (size_t)traj_width(env, i), sizeof(float)))) return LM_ERR_NOMEM;
   return LM_OK;
@@ -198,6 +200,7 @@ void lm_rollout_free(lm_rollout *r) {
   lm_free(r->t);
   lm_free(r->ep_ret);
   lm_free(r->ep_len);
+  lm_free(r->last);
   for (int i = 0; i < 8; i++) lm_free(r->traj[i]);
   lm_free(r);
 }
@@ -236,7 +239,8 @@ static lm_status run_host(lm_rollout *r) {
   const lm_env_spec *env = r->env;
   size_t n = (size_t)r->n, os = (size_t)env->obs_size, ss = (size_t)env->state_size, aw = (size_t)act_width(env);
   lm_status st = LM_OK;
-  float act[LM_ENV_MAX_ACT];
+  float *act = lm_malloc(aw * sizeof *act);
+  if (!act) return LM_ERR_NOMEM;
   for (int64_t t = 0; t < r->T && st == LM_OK; t++) {
     float *obs = r->traj[0] + (size_t)t * n * os;
     for (size_t e = 0; e < n; e++) env->ref_observe(r->state + e * ss, obs + e * os);
@@ -252,6 +256,9 @@ static lm_status run_host(lm_rollout *r) {
     for (size_t e = 0; e < n; e++) {
       float *s = r->state + e * ss;
       for (size_t k = 0; k < aw; k++) act[k] = action[e * aw + k];
+      if (env->action.kind == LM_SPACE_DISCRETE) /* the vec env's action set and sticky actions */
+        act[0] = lm_env_ref_action(env, act[0], &r->last[e],
+                                   lm_rand_uniform(r->seed, LM_ENV_STREAM_STICKY, (uint64_t)e, step_run));
       int terminated = 0;
       rew[e] = env->ref_step(s, act, &terminated);
       r->t[e] += 1;
@@ -270,6 +277,7 @@ static lm_status run_host(lm_rollout *r) {
       }
     }
   }
+  lm_free(act);
   for (int i = 0; i < 8 && st == LM_OK; i++)
     st = lm_program_write(r->prog, traj_names[i], r->traj[i], (size_t)r->T * n * (size_t)traj_width(env, i));
   if (st == LM_OK) st = lm_program_write(r->prog, "env.state", r->state, n * ss);
@@ -318,6 +326,7 @@ int lm_rollout_state_list(lm_rollout *r, const char **names, size_t *counts, int
     size_t c[6] = {n * ss, n, n, n, 3, 2};
     for (int i = 0; i < 6 && k < cap; i++, k++) names[k] = host_names[i], counts[k] = c[i];
   }
+  if (r->env->sticky > 0 && k < cap) names[k] = "env.last_action", counts[k++] = n; /* envs/vec.c */
   return k;
 }
 
@@ -327,6 +336,7 @@ static float *host_array(lm_rollout *r, const char *name) {
   if (!strcmp(name, "env.t")) return r->t;
   if (!strcmp(name, "ep.ret")) return r->ep_ret;
   if (!strcmp(name, "ep.len")) return r->ep_len;
+  if (!strcmp(name, "env.last_action")) return r->last;
   return NULL;
 }
 

@@ -409,6 +409,24 @@ Test(simplify, random_index_expressions_keep_their_value) {
   lm_exprs_free(&x);
 }
 
+/* Coefficients over a constant divisor reduce: with i0 < 10 and i1 < 3, (i0 + 13 i1) % 12 is
+ * i0 + i1 and (i0 + 13 i1) / 12 is i1 (the rows of a window view), but only where the reduced
+ * remainder provably lies in [0, 12); otherwise the modulo stays. */
+Test(simplify, coefficients_over_a_constant_divisor_reduce_when_the_remainder_fits) {
+  lm_exprs x;
+  lm_exprs_init(&x);
+  lm_expr ext[2] = {lm_x_const(&x, 10), lm_x_const(&x, 3)};
+  lm_xctx ctx = {ext, 2};
+  lm_expr i0 = lm_x_var(&x, 0), i1 = lm_x_var(&x, 1), c12 = lm_x_const(&x, 12);
+  lm_expr e = lm_x_add(&x, i0, lm_x_mul(&x, lm_x_const(&x, 13), i1));
+  cr_assert_eq(lm_x_simplify(&x, lm_x_mod(&x, e, c12), &ctx), lm_x_simplify(&x, lm_x_add(&x, i0, i1), &ctx));
+  cr_assert_eq(lm_x_simplify(&x, lm_x_div(&x, e, c12), &ctx), i1);
+  /* i0 + 11 i1 reaches 32: 11 i1 = 12 i1 - i1 gives i0 - i1, which can be negative: kept */
+  lm_expr f = lm_x_add(&x, i0, lm_x_mul(&x, lm_x_const(&x, 11), i1)), s = lm_x_simplify(&x, lm_x_mod(&x, f, c12), &ctx);
+  cr_assert_eq(x.nodes[s].op, LM_X_MOD);
+  lm_exprs_free(&x);
+}
+
 /* The permute+reshape index (k%2)*3 + k/2 has two floor atoms whose order in the canonical
  * sum must not depend on what else the graph's arena interned first. */
 static void transpose_flatten_text(int pollute, char *out, size_t cap) {

@@ -268,7 +268,8 @@ Test(install, installed_package_files_name_no_build_or_source_tree_path) {
 }
 
 /* The out-of-tree project in examples/project, using only the prefix: built with CMake and with
- * pkg-config, its program trains catch.c through the C API; the installed rltrain trains the
+ * pkg-config, its program trains catch.c through the C API, its own rltrain (lm_rltrain with
+ * catch registered) trains and evaluates it by name; the installed rltrain trains the
  * same file as a plugin (compiled against the prefix's headers), and evaluates the checkpoint
  * from another directory. */
 Test(install, the_example_project_builds_and_its_env_trains_as_a_program_and_as_a_plugin, .timeout = LM_TIMEOUT(300)) {
@@ -280,6 +281,10 @@ Test(install, the_example_project_builds_and_its_env_trains_as_a_program_and_as_
   run_ok("build the example", "'%s' --build project-build", LUMEN_CMAKE_COMMAND);
   char *out = run_ok("run the example's program", "project-build/train_catch catch.ckpt");
   cr_assert(strstr(out, "catch:") && strstr(out, "wrote catch.ckpt"), "%s", out);
+  out = run_ok("train through the example's own rltrain (lm_rltrain)",
+               "project-build/catch_cli catch --device cpu --quiet --total-steps 4096 --out run-cli");
+  out = run_ok("evaluate through it", "project-build/catch_cli eval run-cli --episodes 3");
+  cr_assert(strstr(out, "catch: 3 episodes"), "%s", out);
   run_ok("build the example with pkg-config",
          "'%s' %s project/catch.c project/train_catch.c $(pkg-config --cflags --libs lumen) -o train_pc",
          LUMEN_C_COMPILER, LUMEN_SANITIZE_FLAGS);

@@ -3,7 +3,10 @@
  * trained and evaluated from another directory by its file name; a prebuilt .so loads too; a
  * checkpoint whose plugin changed or went away says so; a file without LM_ENV_PLUGIN, one that
  * does not compile (the message names the file and line), a spec with a reward of shape [N, 1]
- * and a graph whose terminated is not 0/1 are each refused with a message naming the problem. */
+ * and a graph whose terminated is not 0/1 are each refused with a message naming the problem.
+ * tests/plugins/catch_pixels.c (Catch observed as its 50-pixel board, graphs only) goes through
+ * every command; test_plugin_slow.c (this file with LUMEN_PLUGIN_SLOW) trains it with lumen's
+ * defaults until it is solved. */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 
 #define RLTRAIN LUMEN_BINARY_DIR "/rltrain"
 #define CATCH LUMEN_SOURCE_DIR "/examples/project/catch.c"
+#define PIXELS LUMEN_SOURCE_DIR "/tests/plugins/catch_pixels.c" /* obs: 50 floats, graphs only */
 
 static char dir[] = "/tmp/lumen-plugin-XXXXXX";
 static char out[16384];
@@ -46,6 +50,7 @@ static int sh(const char *fmt, ...) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+#ifndef LUMEN_PLUGIN_SLOW
 /* a copy of catch.c with `from` replaced by `to` (NULL: as it is) at dir/name */
 static void variant(const char *name, const char *from, const char *to) {
   FILE *f = fopen(CATCH, "r");
@@ -67,8 +72,36 @@ static void variant(const char *name, const char *from, const char *to) {
   } else fputs(text, o);
   fclose(o);
 }
+#endif
 
 TestSuite(plugin, .init = setup, .fini = teardown, .timeout = LM_TIMEOUT(300));
+
+#ifdef LUMEN_PLUGIN_SLOW
+/* A new user's env: graphs only, an observation of 50 floats, no training settings of its own. */
+Test(plugin, an_env_file_with_a_wide_observation_trains_until_solved_with_the_defaults, .timeout = LM_TIMEOUT(600)) {
+  cr_assert_eq(sh("'%s' '%s' --device cpu --quiet --out run", RLTRAIN, PIXELS), 0, "%s", out);
+  cr_assert_eq(sh("cat run/summary.json"), 0, "%s", out);
+  cr_log_info("%s", out);
+  cr_assert(strstr(out, "\"env\": \"catch-pixels\"") && strstr(out, "\"solved\": true"), "%s", out);
+  cr_assert_eq(sh("'%s' eval run --episodes 20", RLTRAIN), 0, "%s", out);
+  cr_assert(strstr(out, "greedy mean return"), "%s", out);
+}
+#else
+Test(plugin, an_env_file_with_a_50_float_observation_goes_through_every_command) {
+  cr_assert_eq(sh("'%s' list '%s'", RLTRAIN, PIXELS), 0, "%s", out);
+  cr_assert(strstr(out, "catch-pixels") && strstr(out, " 50 "), "%s", out);
+  cr_assert_eq(sh("'%s' record '%s' pixels.csv --episodes 4 --seed 9", RLTRAIN, PIXELS), 0, "%s", out);
+  cr_assert_eq(sh("head -1 pixels.csv | tr ',' '\\n' | grep -c '^obs'"), 0, "%s", out);
+  cr_assert_eq(atoi(out), 50, "the transitions file has %s obs columns", out);
+  cr_assert_eq(sh("'%s' check '%s' pixels.csv --device cpu", RLTRAIN, PIXELS), 0, "%s", out);
+  cr_assert(strstr(out, "obs49") && strstr(out, "PASS"), "%s", out);
+  cr_assert_eq(sh("'%s' '%s' --device cpu --quiet --total-steps 4096 --out run", RLTRAIN, PIXELS), 0, "%s", out);
+  cr_assert_eq(sh("'%s' eval run --episodes 3", RLTRAIN), 0, "%s", out);
+  cr_assert(strstr(out, "catch-pixels: 3 episodes"), "%s", out);
+  cr_assert_eq(sh("'%s' view run --headless --out frames/", RLTRAIN), 0, "%s", out);
+  cr_assert_eq(sh("ls frames | grep -c png"), 0, "%s", out);
+  cr_assert_gt(atoi(out), 0, "no frames written");
+}
 
 Test(plugin, a_graph_only_env_file_is_listed_recorded_checked_trained_and_evaluated_elsewhere) {
   cr_assert_eq(sh("'%s' list '%s'", RLTRAIN, CATCH), 0, "%s", out);
@@ -120,6 +153,14 @@ Test(plugin, broken_env_files_are_refused_naming_the_problem) {
                   CATCH, RLTRAIN, RLTRAIN),
                1, "%s", out);
   cr_assert(strstr(out, "terminated must be 0 or 1") && strstr(out, "FAIL"), "%s", out);
+  variant("oldabi.c", "LM_ENV_PLUGIN(catch_env)", /* as a plugin built against another env.h */
+          "__attribute__((visibility(\"default\"))) const lm_env_spec *lm_env_plugin_v1(void) { return &catch_env; }\n"
+          "__attribute__((visibility(\"default\"))) int lm_env_plugin_abi(void) { return 0x10100; }\n");
+  cr_assert_eq(sh("cc -std=c11 -shared -fPIC -I'%s/include' oldabi.c -o liboldabi.so && '%s' list ./liboldabi.so",
+                  LUMEN_SOURCE_DIR, RLTRAIN),
+               2, "%s", out);
+  cr_assert(strstr(out, "liboldabi.so") && strstr(out, "another lumen's env.h") && strstr(out, "0x10100"), "%s", out);
   cr_assert_eq(sh("'%s' list nosuchfile.c", RLTRAIN), 2, "%s", out);
   cr_assert(strstr(out, "nosuchfile.c"), "%s", out);
 }
+#endif /* LUMEN_PLUGIN_SLOW */

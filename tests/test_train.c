@@ -192,8 +192,7 @@ Test(train, orthogonal_initialisation_has_orthonormal_columns_scaled_by_the_gain
   lm_graph_t *g = lm_graph_new();
   lm_policy p;
   lm_policy_config cfg = lm_policy_default();
-  lm_space act = {.kind = LM_SPACE_DISCRETE, .n = 2};
-  cr_assert_eq(lm_policy_build(g, &cfg, 4, &act, &p), LM_OK);
+  cr_assert_eq(lm_policy_build(g, &cfg, lm_env_find("cartpole"), &p), LM_OK);
   lm_program_t *prog = lm_program_new(b, g);
   cr_assert(prog, "%s", lm_last_error());
   cr_assert_eq(lm_policy_init(&p, prog, 7), LM_OK, "%s", lm_last_error());

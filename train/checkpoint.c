@@ -79,6 +79,8 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path) {
   char origin[4096], ohash[32];
   if (lm_env_origin(lm_trainer_env(t), origin, sizeof origin, ohash, sizeof ohash)) /* a plugin: where it is */
     lm_sb_printf(&head, "env_source = %s\nenv_hash = %s\n", origin, ohash);
+  const char *params = lm_trainer_env(t)->params;
+  if (params && *params) lm_sb_printf(&head, "env_params = %s\n", params); /* lm_env_configure */
   const lm_recent *rc = lm_trainer_recent(t); /* "recent = n c:s ..." with every double exact */
   lm_sb_printf(&head, "recent = %zu", rc->n);
   for (size_t i = 0; i < rc->n; i++) lm_sb_printf(&head, " %.17g:%.17g", rc->count[i], rc->sum[i]);
@@ -250,6 +252,13 @@ static lm_status parse_config(const char *path, const char *head, lm_ppo_config 
       return lm_fail(LM_ERR_CORRUPT, "%s", why);
     }
   }
+  if (field(head, "conv", v, sizeof v)) { /* written since the convolutional policy (absent: none) */
+    snprintf(line, sizeof line, "conv = %s", v);
+    if (lm_ppo_config_apply(c, line, origin, NULL, NULL) != LM_OK) {
+      snprintf(why, sizeof why, "%s", lm_last_error());
+      return lm_fail(LM_ERR_CORRUPT, "%s", why);
+    }
+  }
   if (lm_ppo_config_check(c) != LM_OK) {
     snprintf(why, sizeof why, "%s", lm_last_error());
     return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: %s", path, why);
@@ -300,19 +309,13 @@ lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_pp
   return st;
 }
 
-lm_status lm_checkpoint_env(const char *path, const lm_env_spec **env, lm_ppo_config *cfg) {
-  char name[128];
-  *env = NULL;
-  lm_status st = lm_checkpoint_peek(path, name, sizeof name, cfg);
-  if (st != LM_OK) return st;
+/* The env a checkpoint names: by name, or loaded again from its plugin (which must hold the same
+ * bytes). */
+static lm_status checkpoint_base_env(const char *path, const char *name, const char *head, const lm_env_spec **env) {
+  lm_status st;
+  char src[4096], hash[64];
   if ((*env = lm_env_find(name))) return LM_OK;
-  unsigned char *data = NULL;
-  char *head = NULL, src[4096], hash[64];
-  reader r;
-  if ((st = open_checked(path, &data, &r, &head)) != LM_OK) return st;
   int from_plugin = field(head, "env_source", src, sizeof src) && field(head, "env_hash", hash, sizeof hash);
-  lm_free(head);
-  lm_free(data);
   if (!from_plugin)
     return lm_fail(LM_ERR_INVALID, "checkpoint %s is for env '%s', which this program lacks (a plugin? name its file "
                                    "instead of the env)", path, name);
@@ -333,6 +336,31 @@ lm_status lm_checkpoint_env(const char *path, const lm_env_spec **env, lm_ppo_co
   return LM_OK;
 }
 
+/* ... then with the parameters the run had (lm_env_configure). */
+lm_status lm_checkpoint_env(const char *path, const lm_env_spec **env, lm_ppo_config *cfg) {
+  char name[128], params[600] = "";
+  *env = NULL;
+  lm_status st = lm_checkpoint_peek(path, name, sizeof name, cfg);
+  if (st != LM_OK) return st;
+  unsigned char *data = NULL;
+  char *head = NULL;
+  reader r;
+  if ((st = open_checked(path, &data, &r, &head)) != LM_OK) return st;
+  const lm_env_spec *base = NULL;
+  st = checkpoint_base_env(path, name, head, &base);
+  int have_params = field(head, "env_params", params, sizeof params) != NULL;
+  lm_free(head);
+  lm_free(data);
+  if (st != LM_OK) return st;
+  if (have_params && (st = lm_env_configure(base, params, env)) != LM_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", lm_last_error());
+    return lm_fail(LM_ERR_CORRUPT, "checkpoint %s: its env parameters '%s' do not apply: %s", path, params, why);
+  }
+  if (!have_params) *env = base;
+  return LM_OK;
+}
+
 lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   unsigned char *data = NULL;
   char *head = NULL, v[256];
@@ -350,8 +378,16 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
     st = lm_fail(LM_ERR_INVALID, "checkpoint %s is for env %s, not %s", path, v, lm_trainer_env(t)->name);
     goto done;
   }
+  const char *params = lm_trainer_env(t)->params ? lm_trainer_env(t)->params : "";
+  if (!field(head, "env_params", v, sizeof v)) v[0] = 0;
+  if (strcmp(v, params)) {
+    st = lm_fail(LM_ERR_INVALID, "checkpoint %s is for %s with env parameters '%s', this trainer's are '%s'", path,
+                 lm_trainer_env(t)->name, v, params);
+    goto done;
+  }
   if (c.n_envs != mine->n_envs || c.horizon != mine->horizon || c.policy.layers != mine->policy.layers ||
       memcmp(c.policy.hidden, mine->policy.hidden, sizeof c.policy.hidden) || c.policy.shared != mine->policy.shared ||
+      c.policy.conv != mine->policy.conv ||
       c.stepper != mine->stepper) {
     st = lm_fail(LM_ERR_INVALID, "checkpoint %s has another shape (envs, steps, policy or stepper) than this trainer", path);
     goto done;

@@ -1,5 +1,6 @@
-/* train/cli.h — rltrain's subcommands. Each takes the arguments after its own name, prints
- * to stdout/stderr (the library never does) and returns the process exit code: 0 on
+/* train/cli.h — rltrain's subcommands (in the library, behind lm_rltrain: the one part of it that
+ * prints, being the command line). Each takes the arguments after its own name, prints
+ * to stdout/stderr (the rest of the library never does) and returns the exit code: 0 on
  * success, LM_CLI_FAILED (1) on a failure of the work itself (a device, a compile, a check over
  * tolerance, a file that cannot be written), LM_CLI_USAGE (2) on bad input: an option, a value,
  * or an input file that is malformed, corrupt or does not fit. */

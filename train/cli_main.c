@@ -1,4 +1,5 @@
-/* rltrain: the command-line front end: trains PPO on an env (train/cli_train.c), evaluates
+/* train/cli_main.c — rltrain's command line as a library function (lm_rltrain, lumen/lumen.h;
+ * train/rltrain.c is its main): trains PPO on an env (train/cli_train.c), evaluates
  * checkpoints, lists the registered environments, checks an env's graph and reference stepper
  * against a transitions file (`check`), and records such a file from the reference stepper.
  * Exit codes (train/cli.h): 0 success, 1 the work failed (a check found errors over tolerance, a
@@ -139,7 +140,8 @@ static int check_resets(const lm_env_spec *e, const char *device) {
   int bad = -1;
   size_t worst_env = 0;
   float *g = st ? malloc((size_t)N * (size_t)e->state_size * sizeof *g) : NULL;
-  if (g) {
+  float *r = g ? malloc((size_t)e->state_size * sizeof *r) : NULL;
+  if (r) {
     bad = 0;
     const uint64_t seeds[2][2] = {{0, 0}, {12345, 7}};
     for (int q = 0; q < 2 && bad >= 0; q++) {
@@ -148,7 +150,6 @@ static int check_resets(const lm_env_spec *e, const char *device) {
         break;
       }
       for (size_t i = 0; i < N; i++) {
-        float r[LM_ENV_MAX_STATE];
         e->ref_reset(r, seeds[q][0], i, seeds[q][1]);
         if (memcmp(r, g + i * (size_t)e->state_size, (size_t)e->state_size * sizeof *r) && !bad++) worst_env = i;
       }
@@ -158,6 +159,7 @@ static int check_resets(const lm_env_spec *e, const char *device) {
   else if (bad) printf("%-14s graph and ref_reset differ on %d of %d envs (first: env %zu)  FAIL\n", "reset", bad, 2 * N,
                        worst_env);
   else printf("%-14s graph and ref_reset agree bit for bit on %d envs  ok\n", "reset", 2 * N);
+  free(r);
   free(g);
   lm_env_stepper_free(st);
   lm_backend_free(b);
@@ -193,12 +195,12 @@ static int cmd_check(const lm_env_spec *e, const char *path, const char *device)
   }
   size_t ncheck = (size_t)(S + O + 1);
   colerr *gr = calloc(ncheck, sizeof *gr), *rf = calloc(ncheck, sizeof *rf);
+  float *s = malloc((size_t)(S + A + O) * sizeof *s), *a = s ? s + S : NULL, *o = s ? a + A : NULL;
   size_t term_graph = 0, term_ref = 0, trunc_bad = 0, first_term_graph = 0, first_term_ref = 0, first_trunc = 0;
   size_t bad01 = 0, first_bad01 = 0; /* the graph's terminated must be exactly 0 or 1 */
   int has_ref = e->ref_step != NULL;
-  for (size_t r = 0; gr && rf && r < N; r++) {
+  for (size_t r = 0; gr && rf && s && r < N; r++) {
     const double *row = t.v + r * t.cols;
-    float s[LM_ENV_MAX_STATE], a[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
     for (int k = 0; k < S; k++) s[k] = (float)row[2 + k];
     for (int k = 0; k < A; k++) a[k] = (float)row[2 + S + k];
     int ref_term = 0;
@@ -232,7 +234,8 @@ static int cmd_check(const lm_env_spec *e, const char *path, const char *device)
     int want_trunc = row[1] + 1 >= e->time_limit && !file_term;
     if (want_trunc != file_trunc && !trunc_bad++) first_trunc = r;
   }
-  if (!gr || !rf) {
+  free(s);
+  if (!gr || !rf || !s) {
     fprintf(stderr, "rltrain: out of memory\n");
     free(gr), free(rf), free(next), free(obs), free(rew), free(term), lm_cli_table_free(&t);
     return 2;
@@ -306,8 +309,14 @@ static int cmd_record(const lm_env_spec *e, const char *path, long episodes, uns
       return 1;
     }
   }
+  float *s = malloc((size_t)(2 * S + A + O) * sizeof *s), *a = s ? s + S : NULL, *o = s ? a + A : NULL;
+  float *next = s ? o + O : NULL;
+  if (!s) {
+    fprintf(stderr, "rltrain: out of memory\n");
+    free(starts), lm_env_stepper_free(gs), lm_backend_free(gb), fclose(f);
+    return 1;
+  }
   for (long ep = 0; ep < episodes; ep++) {
-    float s[LM_ENV_MAX_STATE], a[LM_ENV_MAX_ACT], o[LM_ENV_MAX_OBS];
     if (gs) memcpy(s, starts + (size_t)ep * (size_t)S, (size_t)S * sizeof *s);
     else e->ref_reset(s, seed, (uint64_t)ep, 0);
     for (int t = 0; t < e->time_limit; t++) {
@@ -318,10 +327,10 @@ static int cmd_record(const lm_env_spec *e, const char *path, long episodes, uns
       int term = 0;
       float r;
       if (gs) {
-        float next[LM_ENV_MAX_STATE], done;
+        float done;
         if (lm_env_stepper_step(gs, 1, s, a, next, o, &r, &done) != LM_OK) {
           fprintf(stderr, "rltrain: %s: %s\n", e->name, lm_last_error());
-          free(starts), lm_env_stepper_free(gs), lm_backend_free(gb), fclose(f);
+          free(s), free(starts), lm_env_stepper_free(gs), lm_backend_free(gb), fclose(f);
           return 1;
         }
         memcpy(s, next, (size_t)S * sizeof *s);
@@ -338,6 +347,7 @@ static int cmd_record(const lm_env_spec *e, const char *path, long episodes, uns
       if (term || trunc) break;
     }
   }
+  free(s);
   free(starts);
   lm_env_stepper_free(gs);
   lm_backend_free(gb);
@@ -362,8 +372,8 @@ static const lm_env_spec *find_env(const char *name) {
   return e;
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2) {
+int lm_rltrain(int argc, char **argv) {
+  if (argc < 2 || !argv) {
     print_usage(stderr);
     return 2;
   }

@@ -36,6 +36,8 @@ static void train_usage(FILE *out) {
         "                      reference on the host, with the policy on the device\n"
         "  --gamma X --gae-lambda X --epochs K --minibatches K --clip X --ent-coef X\n"
         "  --vf-coef X --max-grad-norm X --hidden 64,64 --activation tanh|relu --shared\n"
+        "  --policy mlp|cnn    cnn: a 3x3 convolution of 16 filters (relu) before the hidden\n"
+        "                      layers, the default for image observations (MinAtar's network)\n"
         "  --no-stop           keep training after the env's threshold is reached\n"
         "  --view              watch the current policy in a window while training (q closes it)\n"
         "  --checkpoint-every K  iterations between checkpoints (default 10)\n"
@@ -45,6 +47,10 @@ static void train_usage(FILE *out) {
         "  --quiet             no per-iteration output\n"
         "  --config FILE       settings as key = value lines (the names in DIR/settings.txt:\n"
         "                      envs, steps, lr, hidden, ...); options beside it override it\n"
+        "  --env K=V,...       env parameters, for every env: time_limit=STEPS, and for\n"
+        "                      discrete actions sticky=P (a step repeats the env's last action\n"
+        "                      with probability P) and actions=full|SET (a set the env names,\n"
+        "                      e.g. minimal); recorded in the run and its checkpoints\n"
         "\n"
         "Writes DIR/log.csv, DIR/curve.png, DIR/summary.json, DIR/checkpoints/step-<n>.ckpt and\n"
         "DIR/latest.ckpt.\n"
@@ -159,8 +165,9 @@ static int write_run_settings(const char *path, const lm_env_spec *env, const lm
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return 0;
-  int ok = fprintf(f, "env = %s\ndevice = %s\nstop = %d\ncheckpoint_every = %ld\n%s", env->name, device, stop, every,
-                   text) > 0;
+  int ok = fprintf(f, "env = %s\n", env->name) > 0;
+  if (env->params && env->params[0]) ok &= fprintf(f, "env_params = %s\n", env->params) > 0;
+  ok &= fprintf(f, "device = %s\nstop = %d\ncheckpoint_every = %ld\n%s", device, stop, every, text) > 0;
   return commit_temp(f, ok, tmp, path);
 }
 
@@ -237,6 +244,13 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
     return 2;
   }
+  const char *env_params = NULL; /* --env key=value,... (lm_env_configure), wherever it stands */
+  for (int i = 0; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--env")) env_params = argv[i + 1];
+  if (env_params && lm_env_configure(env, env_params, &env) != LM_OK) {
+    fprintf(stderr, "rltrain: --env %s: %s\n", env_params, lm_last_error());
+    return LM_CLI_USAGE;
+  }
   lm_ppo_config cfg;
   if (lm_ppo_defaults_for(env, &cfg) != LM_OK) {
     fprintf(stderr, "rltrain: %s\n", lm_last_error());
@@ -306,7 +320,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       GIVEN(num[k].key);
       continue;
     }
-    if (!strcmp(o, "--config")) continue; /* applied above */
+    if (!strcmp(o, "--config") || !strcmp(o, "--env")) continue; /* applied above */
     if (!strcmp(o, "--device")) device = a;
     else if (!strcmp(o, "--out")) {
       if (!lm_cli_path(o, a)) return LM_CLI_USAGE;
@@ -322,6 +336,11 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     } else if (!strcmp(o, "--hidden")) {
       GIVEN("hidden");
       if (!parse_hidden(a, &cfg.policy)) return bad("--hidden wants widths like 64,64 (1-4 layers), not '%s'", a);
+    } else if (!strcmp(o, "--policy")) {
+      GIVEN("conv");
+      if (!strcmp(a, "mlp")) cfg.policy.conv = 0;
+      else if (!strcmp(a, "cnn")) cfg.policy.conv = 16;
+      else return bad("--policy is mlp or cnn (a 3x3 convolution of 16 filters first, for images), not '%s'", a);
     } else if (!strcmp(o, "--activation")) {
       GIVEN("activation");
       if (!strcmp(a, "tanh")) cfg.policy.activation = LM_ACT_TANH;
@@ -360,6 +379,20 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       fprintf(stderr, "rltrain: cannot resume: %s was trained on %s, not %s\n", resume, name, env->name);
       return LM_CLI_USAGE;
     }
+    /* the run's env parameters; --env may only repeat them */
+    const lm_env_spec *run_env;
+    lm_ppo_config unused;
+    if (lm_checkpoint_env(path, &run_env, &unused) != LM_OK) {
+      fprintf(stderr, "rltrain: cannot resume: %s\n", lm_last_error());
+      return LM_CLI_USAGE;
+    }
+    const char *given_p = env->params ? env->params : "", *run_p = run_env->params ? run_env->params : "";
+    if (env_params && strcmp(given_p, run_p)) {
+      fprintf(stderr, "rltrain: --resume %s: --env '%s' on the command line, '%s' in the run (drop --env)\n", resume,
+              given_p, run_p);
+      return LM_CLI_USAGE;
+    }
+    env = run_env;
     /* the run's own settings; the command line may set only the step budget */
     if (resume_conflicts(&cfg, &saved, given, ngiven, resume)) return LM_CLI_USAGE;
     int64_t total = cfg.total_steps;
@@ -476,6 +509,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     if (!viewer) fprintf(stderr, "rltrain: --view: %s; training goes on without the window\n", lm_last_error());
   }
   char curve[4200], logpath[4200];
+  double curve_at = now() + 1; /* the next redraw of curve.png (see the loop) */
   snprintf(curve, sizeof curve, "%s/curve.png", dir);
   snprintf(logpath, sizeof logpath, "%s/log.csv", dir);
   int rc = 0, solved = 0;
@@ -525,7 +559,15 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
         viewer = NULL;
       }
     }
-    if (s.iteration % 20 == 0) lm_plot_curve(logpath, curve, env->gym_id, env->solved_return);
+    /* curve.png is drawn from the whole log, so a drawing costs more as the run goes on: redraw
+     * when 50 times the last drawing's cost (at least a second) has passed, under 2% of the run;
+     * the run's end draws it too (below) */
+    if (now() >= curve_at) {
+      double c0 = now();
+      lm_plot_curve(logpath, curve, env->gym_id, env->solved_return);
+      double cost = now() - c0;
+      curve_at = c0 + cost + (50 * cost > 1 ? 50 * cost : 1);
+    }
     int last = solved && stop;
     if (s.iteration % every == 0 || last || lm_trainer_iterations(t) == iters) {
       snprintf(path, sizeof path, "%s/checkpoints/step-%lld.ckpt", dir, (long long)s.env_steps);
@@ -594,15 +636,20 @@ static double rng_uniform(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 0
  * is stepped through its graphs (gs, whose reset row ep is the same state). */
 static int evaluate(const lm_env_spec *env, lm_env_stepper *gs, lm_program_t *prog, const lm_policy *pol,
                     int episodes, int greedy, uint64_t seed, double *mean_out) {
-  float state[LM_ENV_MAX_STATE], obs[LM_ENV_MAX_OBS], act[LM_ENV_MAX_ACT], out[LM_ENV_MAX_ACT];
   float *starts = NULL;
   uint64_t rs = seed;
   double total = 0;
   int disc = env->action.kind == LM_SPACE_DISCRETE, n = env->action.n, S = env->state_size;
+  /* one env's state, next state, obs, action, the head's output and the log-stds */
+  size_t nbuf = 2 * (size_t)S + (size_t)env->obs_size + 3 * (size_t)n;
+  float *state = malloc(nbuf * sizeof *state);
+  if (!state) return 0;
+  float *next = state + S, *obs = next + S, *act = obs + env->obs_size, *out = act + n, *ls = out + n;
+  float last = 0; /* the env's last action (sticky actions) */
   if (gs) {
     starts = malloc((size_t)episodes * (size_t)S * sizeof *starts);
     if (!starts || lm_env_stepper_reset(gs, seed + 7, 0, starts) != LM_OK) {
-      free(starts);
+      free(starts), free(state);
       return 0;
     }
   }
@@ -628,9 +675,8 @@ static int evaluate(const lm_env_spec *env, lm_env_stepper *gs, lm_program_t *pr
             if (u < c) break;
           }
         }
-        act[0] = (float)best;
+        act[0] = lm_env_ref_action(env, (float)best, &last, env->sticky > 0 ? (float)rng_uniform(&rs) : 1.0f); /* --env's wrappers */
       } else {
-        float ls[LM_ENV_MAX_ACT];
         if (lm_program_read(prog, "pi.log_std", ls, (size_t)n)) goto fail;
         for (int k = 0; k < n; k++) {
           double z = sqrt(-2 * log(rng_uniform(&rs))) * cos(2 * M_PI * rng_uniform(&rs));
@@ -639,7 +685,7 @@ static int evaluate(const lm_env_spec *env, lm_env_stepper *gs, lm_program_t *pr
       }
       int term = 0;
       if (gs) {
-        float next[LM_ENV_MAX_STATE], r, done;
+        float r, done;
         if (lm_env_stepper_step(gs, 1, state, act, next, obs, &r, &done) != LM_OK) goto fail;
         memcpy(state, next, (size_t)S * sizeof *state);
         ret += r;
@@ -652,12 +698,12 @@ static int evaluate(const lm_env_spec *env, lm_env_stepper *gs, lm_program_t *pr
     }
     total += ret;
   }
-  free(starts);
+  free(starts), free(state);
   (void)pol;
   *mean_out = total / episodes;
   return 1;
 fail:
-  free(starts);
+  free(starts), free(state);
   return 0;
 }
 
@@ -721,7 +767,7 @@ int lm_cli_eval(int argc, char **argv) {
   lm_dim one = 1;
   lm_tensor obs = lm_input(g, "obs", LM_ROLE_DATA, 2, (lm_dim[]){one, env->obs_size});
   lm_policy_out po;
-  if (lm_policy_build(g, &cfg.policy, env->obs_size, &env->action, &pol) || lm_policy_forward(&pol, obs, &po)) goto done;
+  if (lm_policy_build(g, &cfg.policy, env, &pol) || lm_policy_forward(&pol, obs, &po)) goto done;
   if (lm_output(env->action.kind == LM_SPACE_DISCRETE ? po.logits : po.mean, "head")) goto done;
   if (!(p = lm_program_new(b, g))) goto done;
   lm_program_t *src = lm_rollout_program(lm_trainer_rollout(t));

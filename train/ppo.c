@@ -40,6 +40,11 @@ static lm_ppo_config base_defaults(void) {
 
 lm_status lm_ppo_defaults_for(const lm_env_spec *env, lm_ppo_config *out) {
   *out = base_defaults();
+  if (env && env->obs_rank == 3) { /* images: MinAtar's network (conv 3x3 x 16, relu, dense 128, relu) */
+    out->policy.conv = 16;
+    out->policy.layers = 1, out->policy.hidden[0] = 128;
+    out->policy.activation = LM_ACT_RELU;
+  }
   if (!env || !env->train_defaults) return LM_OK;
   char origin[96];
   snprintf(origin, sizeof origin, "env %s's train_defaults", env->name ? env->name : "?");
@@ -63,6 +68,7 @@ static const struct {
     {"gamma", 0, 1, 0},          {"gae_lambda", 0, 1, 0},    {"epochs", 1, 1000, 1},      {"minibatches", 1, 1 << 20, 1},
     {"clip_coef", 0, 10, 0},     {"ent_coef", 0, 10, 0},     {"vf_coef", 0, 100, 0},      {"max_grad_norm", 0, 1e6, 0},
     {"anneal_lr", 0, 1, 1},      {"clip_vloss", 0, 1, 1},    {"norm_adv", 0, 1, 1},       {"shared", 0, 1, 1},
+    {"conv", 0, 1024, 1},
 };
 
 int lm_ppo_limit(const char *key, double *lo, double *hi) {
@@ -87,7 +93,8 @@ lm_status lm_ppo_config_check(const lm_ppo_config *c) {
   const double v[] = {(double)c->n_envs,     (double)c->horizon,   (double)c->total_steps,   (double)c->lr,
                       (double)c->gamma,      (double)c->gae_lambda, (double)c->epochs,        (double)c->minibatches,
                       (double)c->clip_coef,  (double)c->ent_coef,   (double)c->vf_coef,       (double)c->max_grad_norm,
-                      (double)c->anneal_lr,  (double)c->clip_vloss, (double)c->norm_adv,      (double)c->policy.shared};
+                      (double)c->anneal_lr,  (double)c->clip_vloss, (double)c->norm_adv,      (double)c->policy.shared,
+                      (double)c->policy.conv};
   _Static_assert(LM_COUNTOF(v) == LM_COUNTOF(limits), "a setting without a range");
   for (size_t i = 0; i < LM_COUNTOF(limits); i++)
     if ((st = in_range(limits[i].key, v[i])) != LM_OK) return st;
@@ -141,6 +148,7 @@ static int apply_one(lm_ppo_config *c, const char *key, const char *v, char *why
     else if (!strcmp(key, "clip_vloss")) c->clip_vloss = (int)i;
     else if (!strcmp(key, "norm_adv")) c->norm_adv = (int)i;
     else if (!strcmp(key, "shared")) c->policy.shared = (int)i;
+    else if (!strcmp(key, "conv")) c->policy.conv = (int)i;
     else LM_ASSERT(0 && "a setting in the limits table without a field");
     return 1;
   }
@@ -222,8 +230,8 @@ lm_status lm_ppo_config_apply(lm_ppo_config *c, const char *text, const char *or
     if (keys && *nkeys < cap) {
       static const char *const names[] = {"envs", "steps", "total_steps", "lr", "gamma", "gae_lambda", "epochs",
                                           "minibatches", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
-                                          "anneal_lr", "clip_vloss", "norm_adv", "shared", "seed", "hidden",
-                                          "activation", "stepper"};
+                                          "anneal_lr", "clip_vloss", "norm_adv", "shared", "conv", "seed",
+                                          "hidden", "activation", "stepper"};
       for (size_t q = 0; q < LM_COUNTOF(names); q++)
         if (!strcmp(names[q], k)) keys[(*nkeys)++] = names[q];
     }
@@ -239,12 +247,12 @@ void lm_ppo_config_print(const lm_ppo_config *c, char *buf, size_t cap) {
            "envs = %lld\nsteps = %lld\ntotal_steps = %lld\nseed = %llu\nlr = %.9g\nanneal_lr = %d\ngamma = %.9g\n"
            "gae_lambda = %.9g\nepochs = %d\nminibatches = %d\nclip_coef = %.9g\nclip_vloss = %d\nent_coef = %.9g\n"
            "vf_coef = %.9g\nmax_grad_norm = %.9g\nnorm_adv = %d\nhidden = %s\nactivation = %s\nshared = %d\n"
-           "stepper = %s\n",
+           "conv = %d\nstepper = %s\n",
            (long long)c->n_envs, (long long)c->horizon, (long long)c->total_steps, (unsigned long long)c->seed,
            (double)c->lr, c->anneal_lr, (double)c->gamma, (double)c->gae_lambda, c->epochs, c->minibatches,
            (double)c->clip_coef, c->clip_vloss, (double)c->ent_coef, (double)c->vf_coef, (double)c->max_grad_norm,
            c->norm_adv, hidden, c->policy.activation == LM_ACT_RELU ? "relu" : "tanh", c->policy.shared,
-           c->stepper == LM_STEPPER_HOST ? "host" : "device");
+           c->policy.conv, c->stepper == LM_STEPPER_HOST ? "host" : "device");
 }
 
 /* ---------------------------------------------------------------- graphs */
@@ -274,7 +282,7 @@ static lm_graph_t *build_prep(const lm_env_spec *env, const lm_ppo_config *c) {
   lm_tensor fin = traj_input(g, "final_obs", env->obs_size);
   lm_tensor state = lm_input(g, "env.state", LM_ROLE_DATA, 2, (lm_dim[]){N, env->state_size});
   lm_policy pol;
-  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, &pol) != LM_OK) goto fail;
+  if (lm_policy_build(g, &c->policy, env, &pol) != LM_OK) goto fail;
   lm_tensor fin_v = lm_reshape(lm_policy_value(&pol, lm_reshape(fin, 2, (lm_dim[]){B, env->obs_size})), 2, (lm_dim[]){T, N});
   lm_tensor last_v = lm_policy_value(&pol, env->observe(g, state));
   lm_tensor reward_b = lm_add(reward, lm_mul(lm_mul_scalar(trunc, c->gamma), fin_v));
@@ -326,7 +334,7 @@ static lm_graph_t *build_update(const lm_env_spec *env, const lm_ppo_config *c, 
   lm_tensor old_v = minibatch(traj_input(g, "value", 0), B, M, pa, pb, off);
   lm_tensor adv = minibatch(traj_input(g, "adv", 0), B, M, pa, pb, off);
   lm_tensor ret = lm_add(adv, old_v);
-  if (lm_policy_build(g, &c->policy, env->obs_size, &env->action, pol) != LM_OK) goto fail;
+  if (lm_policy_build(g, &c->policy, env, pol) != LM_OK) goto fail;
   lm_policy_out po;
   if (lm_policy_forward(pol, obs, &po) != LM_OK) goto fail;
   lm_tensor logp = lm_policy_log_prob(pol, &po, act);

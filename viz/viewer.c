@@ -45,6 +45,9 @@ struct lm_viewer {
   Uint64 last_show;
   float *snap;
   size_t snap_cap;
+  /* one env's draw list, grown to what the env asks for */
+  lm_draw_cmd *cmds;
+  int cmd_cap;
 };
 
 static int have_display(void) {
@@ -148,6 +151,7 @@ void lm_viewer_free(lm_viewer *v) {
   lm_free(v->states);
   lm_free(v->info);
   lm_free(v->snap);
+  lm_free(v->cmds);
   lm_free(v);
 }
 
@@ -176,14 +180,34 @@ static int grid_cols(const lm_env_spec *env, int n, float W, float H, float capt
   return best;
 }
 
+/* One env's draw list for state in v->cmds: draw() returns how many commands the state needs
+ * (it writes at most the capacity given), so a list that did not fit is drawn again into a
+ * buffer of that size. Returns how many there are (0 when memory runs out). */
+static int draw_list(lm_viewer *v, const float *state) {
+  if (!v->cmds) {
+    v->cmds = lm_malloc(LM_ENV_MAX_DRAW * sizeof *v->cmds);
+    v->cmd_cap = v->cmds ? LM_ENV_MAX_DRAW : 0;
+  }
+  int n = v->cmd_cap ? v->env->draw(state, v->cmds, v->cmd_cap) : 0;
+  if (n > v->cmd_cap && n <= (1 << 20)) {
+    lm_draw_cmd *more = lm_malloc((size_t)n * sizeof *more);
+    if (!more) return 0;
+    lm_free(v->cmds);
+    v->cmds = more, v->cmd_cap = n;
+    n = v->env->draw(state, v->cmds, v->cmd_cap);
+  }
+  return n < 0 ? 0 : n < v->cmd_cap ? n : v->cmd_cap;
+}
+
 /* One env's draw list inside the rectangle (x, y, w, h). */
-static void draw_world(lm_canvas *c, const lm_env_spec *env, const float *state, float x, float y, float w, float h) {
+static void draw_world(lm_viewer *v, lm_canvas *c, const float *state, float x, float y, float w, float h) {
+  const lm_env_spec *env = v->env;
   float xmin = env->world[0], ymin = env->world[1], xmax = env->world[2], ymax = env->world[3];
   float s = fminf(w / (xmax - xmin), h / (ymax - ymin));
   float ox = x + (w - (xmax - xmin) * s) / 2, oy = y + (h - (ymax - ymin) * s) / 2;
   float thin = fmaxf(1.0f, fminf(w, h) / 260.0f);
-  lm_draw_cmd cmds[LM_ENV_MAX_DRAW];
-  int n = env->draw(state, cmds, LM_ENV_MAX_DRAW);
+  int n = draw_list(v, state);
+  const lm_draw_cmd *cmds = v->cmds;
 #define PX(wx) (ox + ((wx)-xmin) * s)
 #define PY(wy) (oy + (ymax - (wy)) * s)
   for (int i = 0; i < n; i++) {
@@ -258,7 +282,7 @@ static void render(lm_viewer *v) {
     }
     float pad = 3.0f;
     lm_canvas_clip(c, (int)x, (int)(y + caption_h), (int)ceilf(w), (int)ceilf(h - caption_h));
-    draw_world(c, v->env, v->states + (size_t)i * (size_t)v->env->state_size, x + pad, y + caption_h + pad,
+    draw_world(v, c, v->states + (size_t)i * (size_t)v->env->state_size, x + pad, y + caption_h + pad,
                w - 2 * pad, h - caption_h - 2 * pad);
     lm_canvas_clip(c, 0, 0, 0, 0);
     if (v->cells > 1 && i == v->highlight && !v->headless)

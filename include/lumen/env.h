@@ -12,18 +12,18 @@
 extern "C" {
 #endif
 
-#define LM_ENV_MAX_STATE 16
-#define LM_ENV_MAX_OBS 16
-#define LM_ENV_MAX_ACT 8
-#define LM_ENV_MAX_DRAW 64 /* draw commands one env's draw() may write */
+/* Sizes are the env's own: state_size, obs_size and a box's n may be anything from 1 to
+ * LM_ENV_SIZE_LIMIT (a bound that keeps N * size products in range, not a buffer size: every
+ * host buffer is sized from the spec). */
+#define LM_ENV_SIZE_LIMIT (1 << 24)
+#define LM_ENV_MAX_DRAW 64 /* the viewer's first draw-list size (an env may need more: see draw) */
 
 typedef enum lm_space_kind { LM_SPACE_DISCRETE, LM_SPACE_BOX } lm_space_kind;
 
 typedef struct lm_space {
   lm_space_kind kind;
   int n;                      /* discrete: number of actions; box: number of dimensions */
-  float low[LM_ENV_MAX_ACT];  /* box bounds (actions are clipped to them) */
-  float high[LM_ENV_MAX_ACT];
+  const float *low, *high;    /* box: n bounds each (actions are clipped to them); discrete: unused */
 } lm_space;
 
 /* RAND streams an env uses: its resets draw from stream `LM_ENV_STREAM_RESET`; its step, if
@@ -31,6 +31,8 @@ typedef struct lm_space {
  * `LM_ENV_STREAM_ACTION` feeds the uniform random policy (lm_env_random_action), which
  * `rltrain record`, the env tests and the benchmarks use. */
 enum { LM_ENV_STREAM_RESET = 1000, LM_ENV_STREAM_STEP = 1001, LM_ENV_STREAM_ACTION = 1002 };
+/* The vec env's sticky actions (lm_env_spec.sticky) draw from this stream, element env. */
+enum { LM_ENV_STREAM_STICKY = 1003 };
 
 /* A draw command in world coordinates (the viewer scales the env's world box to the window). */
 typedef enum lm_draw_kind { LM_DRAW_LINE, LM_DRAW_RECT, LM_DRAW_CIRCLE } lm_draw_kind;
@@ -52,10 +54,16 @@ typedef struct lm_env_spec {
   const char *name;       /* "cartpole": what people type */
   const char *gym_id;     /* "CartPole-v1" */
   int state_size, obs_size;
+  /* The observation's shape when it is more than a vector: obs_rank axes of obs_shape (their
+   * product obs_size, row-major), e.g. MinAtar's 10 x 10 x C image (height, width, channels);
+   * the graphs still give [N, obs_size]. obs_rank 0: a vector. A rank-3 shape gets a
+   * convolutional policy by default. */
+  int obs_rank;
+  int obs_shape[LM_MAX_RANK];
   lm_space action;
   int time_limit;         /* steps before truncation */
   float solved_return;    /* mean episode return counted as solved (drawn on curves) */
-  float obs_low[LM_ENV_MAX_OBS], obs_high[LM_ENV_MAX_OBS];
+  const float *obs_low, *obs_high; /* obs_size bounds each, or both NULL: unbounded */
   float world[4];         /* viewer's world box: xmin, ymin, xmax, ymax */
   float fps;              /* natural frame rate for the viewer */
   /* What `rltrain check` allows between the float32 graph and recorded transitions (state and
@@ -78,12 +86,23 @@ typedef struct lm_env_spec {
   float (*ref_step)(float *state, const float *action, int *terminated);
   void (*ref_observe)(const float *state, float *obs);
 
-  /* ---- drawing: writes up to cap commands for one env's state; returns how many ---- */
+  /* ---- drawing: writes up to cap commands for one env's state and returns how many the state
+   * needs, as snprintf does: a caller given more than cap calls again with that many ---- */
   int (*draw)(const float *state, lm_draw_cmd *cmds, int cap);
 
   /* ---- training settings that suit this env, over lumen's defaults: "key = value" lines as
    * in `rltrain ENV --config FILE` (lm_ppo_config_apply); NULL: lumen's defaults ---- */
   const char *train_defaults;
+
+  /* ---- the vec env's action wrappers, for discrete spaces; `rltrain ENV --env` sets them ---- */
+  float sticky;            /* probability that a step repeats the action the env applied last,
+                            * as MinAtar does (its default 0.1); 0: never */
+  const char *action_sets; /* named subsets of the actions, "minimal = 0 1 3; moves = 1 3" (optional) */
+  /* ---- set by lm_env_configure (an env leaves them 0) ---- */
+  const int *action_map;   /* the agent's action k is the env's action action_map[k] (NULL: the same) */
+  int env_actions;         /* with action_map: how many actions the env itself has */
+  const char *params;      /* the canonical parameter text it was configured with */
+  const struct lm_env_spec *base; /* the env it was configured from */
 } lm_env_spec;
 
 /* ---- helpers for writing env graphs and reference steppers (compositions of lumen/ops.h) ---- */
@@ -106,16 +125,46 @@ void lm_env_ref_reset_uniform(float *state, int size, const float *low, const fl
 lm_tensor lm_env_random_action(const lm_env_spec *env, lm_graph_t *g, lm_dim n_envs);
 void lm_env_ref_random_action(const lm_env_spec *env, uint64_t seed, uint64_t envi, uint64_t run,
                               float *action);
+/* Grids: a per-env map of h x w cells kept as [N, h * w] (row-major), positions y, x [N] as
+ * small integers in floats. All three are exact: one-hot masks and selects, no rounding. */
+/* [N, h * w]: 1 at cell (y, x), 0 elsewhere (all 0 when (y, x) is off the map). */
+lm_tensor lm_env_cell_mask(lm_tensor y, lm_tensor x, int h, int w);
+/* [N]: map's value at (y, x); 0 off the map. */
+lm_tensor lm_env_cell_get(lm_tensor map, lm_tensor y, lm_tensor x, int h, int w);
+/* map with cell (y, x) set to value [N] in the envs where `where` [N] is 1 (unchanged where it is
+ * 0, or off the map). */
+lm_tensor lm_env_cell_set(lm_tensor map, lm_tensor y, lm_tensor x, int h, int w, lm_tensor value, lm_tensor where);
 /* Floats per action: 1 for discrete spaces (the index), n for boxes. */
 int lm_env_action_size(const lm_env_spec *env);
 
 /* The env contract, checked where an env meets lumen: a name, the reset, step and observe
  * graphs (a reference stepper is optional, but all three of ref_reset, ref_step and ref_observe
- * or none), sizes within the LM_ENV_MAX_* limits, a sane action space and time limit, and, on a
+ * or none), sizes from 1 to LM_ENV_SIZE_LIMIT, a sane action space (a box's bounds finite with
+ * low < high), observation bounds (both or neither, low <= high), a time limit, and, on a
  * trial build over 3 envs, reset [N, state_size], step's state [N, state_size], reward [N] and
  * terminated [N], observe [N, obs_size], all in the graph passed in. LM_OK, or LM_ERR_INVALID
  * with a message naming the env, the field and both shapes (and the graph's own first error). */
 lm_status lm_env_validate(const lm_env_spec *env);
+
+/* ---- env parameters: `rltrain ENV --env time_limit=1000,sticky=0,actions=minimal` ----
+ * text is "key=value" items separated by commas, for every env:
+ *   time_limit=K  steps before an episode is truncated (K >= 1)
+ *   sticky=P      discrete spaces: probability in [0, 1) that a step repeats the action the env
+ *                 applied last instead of the agent's (drawn from LM_ENV_STREAM_STICKY)
+ *   actions=SET   discrete spaces: the agent's actions, "full" (the env's own) or a set named in
+ *                 the spec's action_sets; the agent's action k is then the set's k-th action
+ * *out is a configured copy of env (same name, the params text canonical: keys in this order,
+ * only those that differ from the env's own), interned for the process (the same env and text
+ * give the same pointer), or env itself for an empty text. LM_ERR_INVALID names a bad key or
+ * value, and the keys there are. */
+lm_status lm_env_configure(const lm_env_spec *env, const char *text, const lm_env_spec **out);
+/* The env a configured env was made from (env itself when it was not configured). */
+const lm_env_spec *lm_env_base(const lm_env_spec *env);
+/* The reference stepper's view of the vec env's action wrappers: the env's action for the
+ * agent's action a (through action_map), repeated from *last where u < sticky; *last is updated.
+ * u: a uniform in (0, 1], the vec env's draw being lm_rand_uniform(seed, LM_ENV_STREAM_STICKY,
+ * env, run). Box spaces: a itself. */
+float lm_env_ref_action(const lm_env_spec *env, float a, float *last, float u);
 
 /* The registry: every env compiled into this build, then those added by lm_env_register. */
 int lm_env_count(void);
@@ -157,9 +206,15 @@ lm_status lm_env_step_batch(const lm_env_spec *env, lm_backend_t *b, size_t n, c
 #else
 #define LM_ENV_PLUGIN_EXPORT
 #endif
+/* The layout of lm_env_spec a plugin was compiled against: lumen refuses a plugin built against
+ * another (a prebuilt .so must be rebuilt; a .c file is rebuilt by itself). */
+#define LM_ENV_ABI_VERSION 2
+#define LM_ENV_ABI ((LM_ENV_ABI_VERSION << 16) | (int)sizeof(lm_env_spec))
 #define LM_ENV_PLUGIN(spec)                                                                                      \
   LM_ENV_PLUGIN_EXPORT const lm_env_spec *lm_env_plugin_v1(void);                                                \
-  LM_ENV_PLUGIN_EXPORT const lm_env_spec *lm_env_plugin_v1(void) { return &(spec); }
+  LM_ENV_PLUGIN_EXPORT const lm_env_spec *lm_env_plugin_v1(void) { return &(spec); }                             \
+  LM_ENV_PLUGIN_EXPORT int lm_env_plugin_abi(void);                                                              \
+  LM_ENV_PLUGIN_EXPORT int lm_env_plugin_abi(void) { return LM_ENV_ABI; }
 
 /* Loads a plugin (PATH.c compiled, or PATH.so as it is), checks its spec (lm_env_validate) and
  * registers it; loading the same file again in a process gives the same spec. The headers for

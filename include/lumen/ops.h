@@ -74,6 +74,25 @@ lm_tensor lm_transpose(lm_tensor x, int axis0, int axis1);
 lm_tensor lm_unsqueeze(lm_tensor x, int axis);      /* inserts an extent-1 axis */
 lm_tensor lm_squeeze(lm_tensor x, int axis);        /* removes an extent-1 axis */
 
+/* grids and games (exact in float32 for the small integers games count with) */
+/* numpy's roll: y[.., i, ..] = x[.., (i - shift) mod n, ..] along axis (a view, lm_affine_mod) */
+lm_tensor lm_roll(lm_tensor x, int axis, lm_dim shift);
+lm_tensor lm_count_nonzero(lm_tensor x, int axis);  /* nonzeros along axis (axis removed) */
+/* Index of the first (last) element along axis where cond != 0, axis removed; the extent n
+ * (first) or -1 (last) where there is none. */
+lm_tensor lm_first_index(lm_tensor cond, int axis);
+lm_tensor lm_last_index(lm_tensor cond, int axis);
+
+/* Stride-1 windows of k along axis, as a view (no copy): the axis (extent L) becomes the window
+ * start t (extent L - k + 1) followed by a new axis, the offset j (extent k): element
+ * (.., t, j, ..) = x[.., t + j, ..]. */
+lm_tensor lm_window(lm_tensor x, int axis, lm_dim k);
+/* 2-D convolution, stride 1, SAME zero padding: x [B, H, W, C] (channels last), w [kh*kw*C, F]
+ * (rows in (dy, dx, c) order), odd kh and kw -> [B, H, W, F]. Each output cell's window is a
+ * view of x (lm_window) and a matmul combines the windows with the kernel: no im2col copy
+ * unless the schedule makes one. */
+lm_tensor lm_conv2d(lm_tensor x, lm_tensor w, int kh, int kw);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 /* lumen/policy.h — actor-critic policies as graphs: MLP trunks (separate or shared, tanh or
- * relu), a categorical head for discrete actions and a diagonal-Gaussian head (state-free
+ * relu), optionally after a 3x3 convolution over image observations (MinAtar's network), a
+ * categorical head for discrete actions and a diagonal-Gaussian head (state-free
  * log-std) for boxes, sampling through RAND, log-probs and entropies, and CleanRL-style
  * orthogonal initialisation written into a program's parameters. The same builder serves
  * the rollout (N envs) and the update (a minibatch): parameters are PARAM inputs with fixed
@@ -24,6 +25,8 @@ typedef struct lm_policy_config {
   int layers;                       /* how many of hidden[] are used (1..4) */
   lm_activation activation;
   int shared;                       /* one trunk for actor and critic */
+  int conv;                         /* filters of a 3x3 convolution (stride 1, SAME, relu) over the
+                                     * image observation before the hidden layers; 0: none */
 } lm_policy_config;
 
 /* The CleanRL default: two hidden layers of 64, tanh, separate trunks. */
@@ -32,6 +35,7 @@ lm_policy_config lm_policy_default(void);
 typedef struct lm_policy {
   lm_policy_config cfg;
   int obs_size;
+  int image[3];                         /* the observation as height, width, channels (conv) */
   lm_space action;
   int nparams;
   lm_tensor param[LM_POLICY_MAX_PARAMS];
@@ -40,9 +44,9 @@ typedef struct lm_policy {
   int rows[LM_POLICY_MAX_PARAMS], cols[LM_POLICY_MAX_PARAMS]; /* cols = 0: a vector */
 } lm_policy;
 
-/* Declares the parameters (PARAM inputs) of a policy in g. */
-lm_status lm_policy_build(lm_graph_t *g, const lm_policy_config *cfg, int obs_size, const lm_space *action,
-                          lm_policy *out);
+/* Declares the parameters (PARAM inputs) of a policy for env's observations and actions in g. A
+ * convolution (cfg->conv) needs an image observation: obs_rank 3, height x width x channels. */
+lm_status lm_policy_build(lm_graph_t *g, const lm_policy_config *cfg, const lm_env_spec *env, lm_policy *out);
 
 typedef struct lm_policy_out {
   lm_tensor logits;  /* discrete: [B, n] */

@@ -112,6 +112,13 @@ lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_pp
  * the message says what is missing or changed, and how to point at it). */
 lm_status lm_checkpoint_env(const char *path, const lm_env_spec **env, lm_ppo_config *cfg);
 
+/* The rltrain command line in this process: lm_rltrain(argc, argv) does what `rltrain argv[1]
+ * ... argv[argc - 1]` does (argv[0] is the program's name), so a program can register its own
+ * envs (lm_env_register) and hand the rest to rltrain: they are known by name to every command.
+ * It prints to stdout and stderr, as rltrain does, and returns rltrain's exit status: 0 success,
+ * 1 the work failed, 2 bad input (rltrain help). It never exits the process. */
+int lm_rltrain(int argc, char **argv);
+
 #ifdef __cplusplus
 }
 #endif
