@@ -81,13 +81,6 @@ static lm_backend_t *open_backend(const char *name) {
   return b;
 }
 
-static float *floats(size_t n) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  cr_assert(v);
-  check_poison(v, n);
-  return v;
-}
-
 /* ================================================================ the reference side */
 
 /* An env's reference transitions for n envs: its scalar reference stepper, or, for an env that
@@ -106,7 +99,7 @@ static refenv refenv_new(const lm_env_spec *e, size_t n) {
   r.b = open_backend("ref");
   r.s = lm_env_stepper_new(e, r.b, n);
   cr_assert(r.s, "%s: lm_env_stepper_new: %s", e->name, lm_last_error());
-  r.scratch = floats(n * (size_t)e->state_size);
+  r.scratch = check_floats(n * (size_t)e->state_size);
   return r;
 }
 
@@ -199,13 +192,13 @@ static epstats stats_graph(const lm_env_spec *e, const char *backend, int64_t n,
   OK(lm_program_bind(p, "T", T));
   lm_program_set_seed(p, seed);
   size_t S = (size_t)e->state_size, cells = (size_t)(n * T);
-  float *state = floats((size_t)n * S);
+  float *state = check_floats((size_t)n * S);
   refenv ref = refenv_new(e, (size_t)n);
   refenv_reset(&ref, seed, INIT_RUN, NULL, state);
   refenv_free(&ref);
   OK(lm_program_write(p, "state", state, (size_t)n * S));
   OK(lm_program_run(p));
-  float *r = floats(cells), *te = floats(cells), *tr = floats(cells);
+  float *r = check_floats(cells), *te = check_floats(cells), *tr = check_floats(cells);
   OK(lm_program_read(p, "reward", r, cells));
   OK(lm_program_read(p, "terminated", te, cells));
   OK(lm_program_read(p, "truncated", tr, cells));
@@ -232,7 +225,7 @@ static epstats stats_graph(const lm_env_spec *e, const char *backend, int64_t n,
 static epstats stats_ref(const lm_env_spec *e, int64_t n, int64_t T, uint64_t seed) {
   size_t N = (size_t)n, S = (size_t)e->state_size, A = (size_t)lm_env_action_size(e), O = (size_t)e->obs_size;
   refenv ref = refenv_new(e, N);
-  float *s = floats(N * S), *act = floats(N * A), *o = floats(N * O), *r = floats(N), *term = floats(N);
+  float *s = check_floats(N * S), *act = check_floats(N * A), *o = check_floats(N * O), *r = check_floats(N), *term = check_floats(N);
   int *steps = calloc(N, sizeof *steps);
   uint8_t *done = calloc(N, 1);
   acc *a = calloc(N, sizeof *a);
@@ -392,8 +385,8 @@ static void golden_check(const char *env, const char *file, const char *target) 
   golden gd;
   if (!golden_load(file, e, &gd)) return;
   size_t N = gd.rows, S = (size_t)e->state_size, A = (size_t)lm_env_action_size(e), O = (size_t)e->obs_size;
-  float *state = floats(N * S), *action = floats(N * A), *next = floats(N * S), *obs = floats(N * O);
-  float *rew = floats(N), *term = floats(N);
+  float *state = check_floats(N * S), *action = check_floats(N * A), *next = check_floats(N * S), *obs = check_floats(N * O);
+  float *rew = check_floats(N), *term = check_floats(N);
   for (size_t r = 0; r < N; r++) {
     const double *row = gd.v + r * gd.cols;
     for (size_t k = 0; k < S; k++) state[r * S + k] = (float)row[2 + k];
@@ -563,10 +556,10 @@ Test(reset, graph_draws_what_ref_reset_draws_inside_gymnasium_ranges) {
       lm_program_set_seed(p, seed);
       lm_program_set_run(p, run);
       OK(lm_program_run(p));
-      float *got = floats((size_t)n * S);
+      float *got = check_floats((size_t)n * S);
       OK(lm_program_read(p, "s0", got, (size_t)n * S));
       double mean0 = 0;
-      float *want = floats(S);
+      float *want = check_floats(S);
       for (int64_t env = 0; env < n; env++) {
         e->ref_reset(want, seed, (uint64_t)env, run);
         for (size_t k = 0; k < S; k++) {
@@ -861,7 +854,7 @@ static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, int obs
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T));
   size_t S = (size_t)e->state_size, O = (size_t)e->obs_size, TN = (size_t)LZ_T * LZ_N;
-  float *s0 = floats(LZ_N * S);
+  float *s0 = check_floats(LZ_N * S);
   refenv ref = refenv_new(e, LZ_N);
   refenv_reset(&ref, 5, INIT_RUN, NULL, s0);
   refenv_free(&ref);
@@ -873,7 +866,7 @@ static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, int obs
       {"obs", obs ? TN * O : 0}, {"final_obs", obs ? TN * O : 0}};
   size_t total = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += parts[i].n;
-  float *all = floats(total), *at = all;
+  float *all = check_floats(total), *at = all;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++, at += parts[i - 1].n)
     if (parts[i].n) OK(lm_program_read(p, parts[i].name, at, parts[i].n));
   *count = total;
@@ -884,14 +877,6 @@ static float *lazy_run(const lm_env_spec *e, int lazy, const char *dump, int obs
   return all;
 }
 
-/* got and want hold the same bits (sign of zero included, NaN payloads too). */
-static void same_bits(const char *what, const float *got, const float *want, size_t n) {
-  size_t bad = 0, first = 0;
-  for (size_t j = 0; j < n; j++)
-    if (memcmp(&got[j], &want[j], sizeof *got) && !bad++) first = j;
-  cr_assert_eq(bad, 0, "%s: %zu of %zu values differ in their bits, the first at %zu (%a vs %a)", what, bad, n, first,
-               (double)got[first], (double)want[first]);
-}
 
 /* What compiler/lazy.c may draw only where an episode ended (its header comment): a value computed
  * by + and * from RAND and constants alone, with finite bounds. This walks e's reset graph, built
@@ -984,7 +969,7 @@ Test(lazy, every_env_draws_its_resets_only_where_episodes_end_when_it_allows_wit
     size_t nl, ne;
     float *lazy = lazy_run(e, 1, dl, 1, &nl), *eager = lazy_run(e, 0, de, 1, &ne);
     cr_assert_eq(nl, ne);
-    same_bits(e->name, lazy, eager, nl);
+    check_same_bits(e->name, lazy, eager, nl);
     int sl = check_dump_lines(dl, "^ *sparse i"), se = check_dump_lines(de, "^ *sparse i");
     cr_assert_eq(se, 0, "%s: LUMEN_NO_LAZY left %d sparse loops", e->name, se);
     if (allows) {
@@ -1033,7 +1018,7 @@ Test(lazy, the_lane_kernel_stores_the_new_carried_state_in_place_with_refs_bits)
   size_t nc, nr;
   float *cpu = lazy_run(e, 1, dir, 0, &nc), *ref = lazy_run(e, 1, NULL, 0, &nr);
   cr_assert_eq(nc, nr);
-  same_bits("pointmass, cpu vs ref", cpu, ref, nc);
+  check_same_bits("pointmass, cpu vs ref", cpu, ref, nc);
   int copies = copies_in_dump(dir);
   cr_assert_eq(copies, 0, "%d end-of-step copies left in the lane kernel", copies);
   free(cpu);
@@ -1044,7 +1029,7 @@ Test(lazy, the_lane_kernel_stores_the_new_carried_state_in_place_with_refs_bits)
 
 static void step_one(const lm_env_spec *e, const char *backend, const float *state, const float *action, float *next,
                      float *reward) {
-  float *obs = floats((size_t)e->obs_size), term;
+  float *obs = check_floats((size_t)e->obs_size), term;
   lm_backend_t *b = open_backend(backend);
   OK(lm_env_step_batch(e, b, 1, state, action, next, obs, reward, &term));
   lm_backend_free(b);
@@ -1065,7 +1050,7 @@ Test(actions, box_actions_are_clipped_to_their_bounds_in_graph_and_reference) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const lm_env_spec *e = env_named(cases[i].env);
     size_t S = (size_t)e->state_size;
-    float *n_over = floats(S), *n_at = floats(S), r_over, r_at;
+    float *n_over = check_floats(S), *n_at = check_floats(S), r_over, r_at;
     for (int bi = 0; bi < 2; bi++) {
       step_one(e, bi ? "cpu" : "ref", cases[i].state, cases[i].over, n_over, &r_over);
       step_one(e, bi ? "cpu" : "ref", cases[i].state, cases[i].at, n_at, &r_at);
@@ -1120,7 +1105,7 @@ Test(draw, every_env_draws_a_nonempty_finite_list_that_changes_with_the_state) {
     }
     size_t S = (size_t)e->state_size, A = (size_t)lm_env_action_size(e), O = (size_t)e->obs_size;
     refenv ref = refenv_new(e, 1);
-    float *s1 = floats(S), *s2 = floats(S), *cur = floats(S), *act = floats(A), *obs = floats(O), r, term;
+    float *s1 = check_floats(S), *s2 = check_floats(S), *cur = check_floats(S), *act = check_floats(A), *obs = check_floats(O), r, term;
     refenv_reset(&ref, 9, 0, NULL, s1);
     memcpy(cur, s1, S * sizeof *cur);
     memcpy(s2, s1, S * sizeof *s2);

@@ -66,78 +66,28 @@ static const lm_env_spec *breakout(void) {
   return e;
 }
 
-static float *floats(size_t n) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  cr_assert(v);
-  check_poison(v, n);
-  return v;
-}
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* got and want hold the same bits (the sign of a zero included). */
-static void same_bits(const char *what, const float *got, const float *want, size_t n) {
-  size_t bad = 0, first = 0;
-  for (size_t j = 0; j < n; j++)
-    if (memcmp(&got[j], &want[j], sizeof *got) && !bad++) first = j;
-  cr_assert_eq(bad, 0, "%s: %zu of %zu values differ in their bits, the first at %zu (%a vs %a)", what, bad, n, first,
-               (double)got[first], (double)want[first]);
-}
-
 /* ================================================================ the golden transitions */
 
 /* Columns: episode, t, state (108), a0, next state (108), obs (400), reward, terminated,
  * truncated; every value a small integer, exact as a float. */
-typedef struct golden {
-  size_t rows;
-  float *state, *action, *next, *obs, *reward, *terminated;
-} golden;
+typedef check_golden golden;
 
 static golden golden_load(void) {
-  golden gd = {0};
-  FILE *f = fopen(GOLDEN, "r");
-  if (!f) {
-    fprintf(stderr, "test_minatar_breakout: SKIPPED: golden file %s not found\n", GOLDEN);
-    cr_skip_test("golden file %s not found", GOLDEN);
-  }
-  enum { COLS = 2 + S + 1 + S + O + 3 };
-  size_t cap = 8192;
-  gd.state = floats(cap * S), gd.action = floats(cap), gd.next = floats(cap * S), gd.obs = floats(cap * O);
-  gd.reward = floats(cap), gd.terminated = floats(cap);
-  static char line[1 << 15];
-  cr_assert(fgets(line, sizeof line, f) && !strncmp(line, "episode,t,s0,", 13), "%s: no header", GOLDEN);
-  while (fgets(line, sizeof line, f)) {
-    cr_assert_lt(gd.rows, cap, "%s: more than %zu rows", GOLDEN, cap);
-    float v[COLS];
-    char *p = line;
-    for (size_t c = 0; c < COLS; c++) {
-      char *end;
-      double d = strtod(p, &end);
-      cr_assert(end != p && d == (float)d, "%s: line %zu column %zu unreadable or not a float", GOLDEN, gd.rows + 2, c);
-      v[c] = (float)d;
-      p = *end == ',' ? end + 1 : end;
-    }
-    size_t r = gd.rows++;
-    memcpy(gd.state + r * S, v + 2, S * sizeof *v);
-    gd.action[r] = v[2 + S];
-    memcpy(gd.next + r * S, v + 3 + S, S * sizeof *v);
-    memcpy(gd.obs + r * O, v + 3 + 2 * S, O * sizeof *v);
-    gd.reward[r] = v[3 + 2 * S + O];
-    gd.terminated[r] = v[4 + 2 * S + O];
-    cr_assert_eq(v[5 + 2 * S + O], 0.0f, "%s: line %zu is truncated (the recording has no time limit)", GOLDEN, r + 2);
-  }
-  fclose(f);
+  golden gd;
+  check_golden_load(GOLDEN, S, 1, O, 1, &gd);
+  for (size_t r = 0; r < gd.rows; r++)
+    cr_assert_eq(gd.truncated[r], 0.0f, "%s: line %zu is truncated (the recording has no time limit)", GOLDEN, r + 2);
   cr_assert_gt(gd.rows, 1000, "%s: only %zu rows", GOLDEN, gd.rows);
   return gd;
 }
 
-static void golden_free(golden *gd) {
-  free(gd->state), free(gd->action), free(gd->next), free(gd->obs), free(gd->reward), free(gd->terminated);
-}
+static void golden_free(golden *gd) { check_golden_free(gd); }
 
 /* Each column of the results against MinAtar's, bit for bit, with the first row that differs. */
 static void golden_compare(const char *who, const golden *gd, const float *next, const float *obs, const float *rew,
@@ -195,7 +145,7 @@ static void golden_graph(const char *backend) {
   cr_assert(b, "backend %s: %s", backend, lm_last_error());
   cr_assert_str_eq(lm_backend_name(b), backend, "%s", why);
   size_t n = gd.rows;
-  float *next = floats(n * S), *obs = floats(n * O), *rew = floats(n), *term = floats(n);
+  float *next = check_floats(n * S), *obs = check_floats(n * O), *rew = check_floats(n), *term = check_floats(n);
   double t0 = now();
   OK(lm_env_step_batch(e, b, n, gd.state, gd.action, next, obs, rew, term));
   char who[64];
@@ -219,7 +169,7 @@ Test(golden, reference_stepper_replays_every_minatar_row_bit_for_bit_and_the_row
   golden gd = golden_load();
   golden_coverage(&gd);
   size_t n = gd.rows;
-  float *next = floats(n * S), *obs = floats(n * O), *rew = floats(n), *term = floats(n);
+  float *next = check_floats(n * S), *obs = check_floats(n * O), *rew = check_floats(n), *term = check_floats(n);
   for (size_t r = 0; r < n; r++) {
     memcpy(next + r * S, gd.state + r * S, S * sizeof *next);
     int t = -1;
@@ -293,13 +243,13 @@ Test(step, a_terminal_state_returns_reward_0_and_stays_as_it_was) {
     check_poison(next, N * S);
     OK(lm_env_step_batch(e, b, N, state, action, next, obs, rew, term));
     lm_backend_free(b);
-    same_bits(backends[k], next, state, N * S);
+    check_same_bits(backends[k], next, state, N * S);
     for (int i = 0; i < N; i++) {
       e->ref_observe(state + i * S, want_obs + i * O);
       cr_assert(rew[i] == 0 && term[i] == 1, "%s, env %d: reward %g terminated %g", backends[k], i, (double)rew[i],
                 (double)term[i]);
     }
-    same_bits("the observation of a terminal state", obs, want_obs, N * O);
+    check_same_bits("the observation of a terminal state", obs, want_obs, N * O);
   }
   for (int i = 0; i < N; i++) {
     float s[S];
@@ -307,7 +257,7 @@ Test(step, a_terminal_state_returns_reward_0_and_stays_as_it_was) {
     int t = -1;
     cr_assert_eq(e->ref_step(s, action + i, &t), 0.0f);
     cr_assert_eq(t, 1);
-    same_bits("the reference stepper", s, state + i * S, S);
+    check_same_bits("the reference stepper", s, state + i * S, S);
   }
 }
 
@@ -318,7 +268,7 @@ Test(step, scrambled_states_step_on_ref_and_cpu_as_the_reference_stepper_bit_for
   const lm_env_spec *e = breakout();
   enum { N = 4096 };
   check_rng rng = check_rng_new(23);
-  float *state = floats((size_t)N * S), *action = floats(N);
+  float *state = check_floats((size_t)N * S), *action = check_floats(N);
   for (size_t i = 0; i < N; i++) {
     float *st = state + i * S;
     int kind = (int)(check_next(&rng) % 4); /* 0: no bricks, 1: sparse, 2: dense, 3: the start's rows */
@@ -333,7 +283,7 @@ Test(step, scrambled_states_step_on_ref_and_cpu_as_the_reference_stepper_bit_for
     st[TERMINAL] = check_next(&rng) % 16 == 0;
     action[i] = (float)(check_next(&rng) % 6);
   }
-  float *want = floats((size_t)N * S), *want_obs = floats((size_t)N * O), want_rew[N], want_term[N];
+  float *want = check_floats((size_t)N * S), *want_obs = check_floats((size_t)N * O), want_rew[N], want_term[N];
   for (size_t i = 0; i < N; i++) {
     memcpy(want + i * S, state + i * S, S * sizeof *want);
     int t = -1;
@@ -345,18 +295,18 @@ Test(step, scrambled_states_step_on_ref_and_cpu_as_the_reference_stepper_bit_for
   for (int k = 0; k < 2; k++) {
     lm_backend_t *b = lm_backend_new(backends[k]);
     cr_assert(b, "%s", lm_last_error());
-    float *next = floats((size_t)N * S), *obs = floats((size_t)N * O), rew[N], term[N];
+    float *next = check_floats((size_t)N * S), *obs = check_floats((size_t)N * O), rew[N], term[N];
     OK(lm_env_step_batch(e, b, N, state, action, next, obs, rew, term));
     lm_backend_free(b);
     char what[64];
     snprintf(what, sizeof what, "%s: next states", backends[k]);
-    same_bits(what, next, want, (size_t)N * S);
+    check_same_bits(what, next, want, (size_t)N * S);
     snprintf(what, sizeof what, "%s: observations", backends[k]);
-    same_bits(what, obs, want_obs, (size_t)N * O);
+    check_same_bits(what, obs, want_obs, (size_t)N * O);
     snprintf(what, sizeof what, "%s: rewards", backends[k]);
-    same_bits(what, rew, want_rew, N);
+    check_same_bits(what, rew, want_rew, N);
     snprintf(what, sizeof what, "%s: terminated", backends[k]);
-    same_bits(what, term, want_term, N);
+    check_same_bits(what, term, want_term, N);
     free(next), free(obs);
   }
   free(state), free(action), free(want), free(want_obs);
@@ -368,7 +318,7 @@ Test(reset, graph_draws_what_ref_reset_draws_bit_for_bit_and_each_ball_start_hal
   const lm_env_spec *e = breakout();
   enum { N = 4096, SAME = 1024 };
   static const char *const backends[] = {"ref", "cpu"};
-  float *want = floats((size_t)N * S);
+  float *want = check_floats((size_t)N * S);
   for (size_t i = 0; i < N; i++) e->ref_reset(want + i * S, 11, i, 3);
   for (int k = 0; k < 2; k++) {
     lm_backend_t *b = lm_backend_new(backends[k]);
@@ -376,11 +326,11 @@ Test(reset, graph_draws_what_ref_reset_draws_bit_for_bit_and_each_ball_start_hal
     size_t n = k ? SAME : N;
     lm_env_stepper *st = lm_env_stepper_new(e, b, n);
     cr_assert(st, "%s", lm_last_error());
-    float *got = floats(n * S);
+    float *got = check_floats(n * S);
     OK(lm_env_stepper_reset(st, 11, 3, got));
     char what[64];
     snprintf(what, sizeof what, "reset graph on %s vs ref_reset, %zu envs", backends[k], n);
-    same_bits(what, got, want, n * S);
+    check_same_bits(what, got, want, n * S);
     free(got);
     lm_env_stepper_free(st);
     lm_backend_free(b);
@@ -431,7 +381,7 @@ typedef struct run {
 static void run_free(run *r) { free(r->reward), free(r->done), free(r->state); }
 
 static run run_new(int64_t n, int64_t T) {
-  run r = {{0}, floats((size_t)(n * T)), floats((size_t)(n * T)), floats((size_t)n * S)};
+  run r = {{0}, check_floats((size_t)(n * T)), check_floats((size_t)(n * T)), check_floats((size_t)n * S)};
   return r;
 }
 
@@ -495,7 +445,7 @@ static run run_graph(const lm_env_spec *e, const char *backend, int64_t n, int64
 static run run_reference(const lm_env_spec *e, int64_t n, int64_t T, uint64_t seed) {
   size_t N = (size_t)n;
   run r = run_new(n, T);
-  float *o = floats(O);
+  float *o = check_floats(O);
   int *steps = calloc(N, sizeof *steps);
   cr_assert(steps);
   for (size_t i = 0; i < N; i++) e->ref_reset(r.state + i * S, seed, i, INIT_RUN);
@@ -526,11 +476,11 @@ static void expect_same_run(const char *who, const run *got, const run *want, in
             want->st.len, want->st.all);
   char what[128];
   snprintf(what, sizeof what, "%s: rewards of every step vs the reference stepper", who);
-  same_bits(what, got->reward, want->reward, (size_t)(n * T));
+  check_same_bits(what, got->reward, want->reward, (size_t)(n * T));
   snprintf(what, sizeof what, "%s: done flags of every step vs the reference stepper", who);
-  same_bits(what, got->done, want->done, (size_t)(n * T));
+  check_same_bits(what, got->done, want->done, (size_t)(n * T));
   snprintf(what, sizeof what, "%s: the final states vs the reference stepper", who);
-  same_bits(what, got->state, want->state, (size_t)n * S);
+  check_same_bits(what, got->state, want->state, (size_t)n * S);
 }
 
 static void random_play(const char *const *backends, int nb, int64_t n, int64_t T) {

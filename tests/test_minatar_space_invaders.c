@@ -52,70 +52,22 @@ static const lm_env_spec *env(void) {
   return e;
 }
 
-static float *floats(size_t n) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  cr_assert(v);
-  check_poison(v, n);
-  return v;
-}
-
 /* ================================================================ golden transitions */
 
 enum { S = 308, O = 600 };
 
-typedef struct golden {
-  size_t rows;
-  float *state, *action, *next, *obs, *reward, *terminated; /* as recorded (all exact in float) */
-} golden;
+typedef check_golden golden;
 
+/* 1 with the file read (the test is skipped when it is not there) */
 static int golden_load(golden *gd) {
-  FILE *f = fopen(GOLDEN, "r");
-  if (!f) {
-    fprintf(stderr, "test_minatar_space_invaders: SKIPPED: golden file %s not found\n", GOLDEN);
-    cr_skip_test("golden file %s not found", GOLDEN);
-    return 0;
-  }
-  size_t cols = 2 + S + 1 + S + O + 3, cap = 2048;
-  double *row = malloc(cols * sizeof *row);
-  gd->rows = 0;
-  gd->state = malloc(cap * S * sizeof(float)), gd->next = malloc(cap * S * sizeof(float));
-  gd->obs = malloc(cap * O * sizeof(float));
-  gd->action = malloc(cap * sizeof(float)), gd->reward = malloc(cap * sizeof(float));
-  gd->terminated = malloc(cap * sizeof(float));
-  cr_assert(row && gd->state && gd->next && gd->obs && gd->action && gd->reward && gd->terminated);
-  char *line = NULL;
-  size_t len = 0;
-  cr_assert(getline(&line, &len, f) > 0 && !strncmp(line, "episode,t,", 10), "%s: no header", GOLDEN);
-  while (getline(&line, &len, f) > 0) {
-    cr_assert_lt(gd->rows, cap, "%s: more than %zu rows", GOLDEN, cap);
-    char *p = line;
-    for (size_t c = 0; c < cols; c++) {
-      char *end;
-      row[c] = strtod(p, &end);
-      cr_assert(end != p, "%s: line %zu column %zu unreadable", GOLDEN, gd->rows + 2, c);
-      p = *end == ',' ? end + 1 : end;
-    }
-    size_t r = gd->rows++;
-    for (size_t k = 0; k < S; k++) {
-      gd->state[r * S + k] = (float)row[2 + k];
-      gd->next[r * S + k] = (float)row[3 + S + k];
-    }
-    for (size_t k = 0; k < O; k++) gd->obs[r * O + k] = (float)row[3 + 2 * S + k];
-    gd->action[r] = (float)row[2 + S];
-    gd->reward[r] = (float)row[3 + 2 * S + O];
-    gd->terminated[r] = (float)row[4 + 2 * S + O];
-    cr_assert_eq(row[5 + 2 * S + O], 0.0, "%s: line %zu is truncated (MinAtar has no time limit)", GOLDEN, r + 2);
-  }
-  free(line);
-  free(row);
-  fclose(f);
+  check_golden_load(GOLDEN, S, 1, O, 1, gd);
+  for (size_t r = 0; r < gd->rows; r++)
+    cr_assert_eq(gd->truncated[r], 0.0f, "%s: line %zu is truncated (MinAtar has no time limit)", GOLDEN, r + 2);
   cr_assert_gt(gd->rows, 1000, "%s: only %zu rows", GOLDEN, gd->rows);
   return 1;
 }
 
-static void golden_free(golden *gd) {
-  free(gd->state), free(gd->action), free(gd->next), free(gd->obs), free(gd->reward), free(gd->terminated);
-}
+static void golden_free(golden *gd) { check_golden_free(gd); }
 
 /* Steps n envs from `state` with `action` on a backend ("ref", "cpu", an opened backend via b)
  * or, for b == NULL, the scalar reference stepper. */
@@ -154,7 +106,7 @@ static void golden_check(const char *who, lm_backend_t *b) {
   golden gd;
   if (!golden_load(&gd)) return;
   size_t n = gd.rows;
-  float *next = floats(n * S), *obs = floats(n * O), *rew = floats(n), *term = floats(n);
+  float *next = check_floats(n * S), *obs = check_floats(n * O), *rew = check_floats(n), *term = check_floats(n);
   step_all(e, b, n, gd.state, gd.action, next, obs, rew, term);
   same_rows(who, "the next state", next, gd.next, n, S);
   same_rows(who, "the observation", obs, gd.obs, n, O);
@@ -239,7 +191,7 @@ Test(terminal, a_terminal_state_steps_to_itself_with_reward_0_in_graph_and_refer
   if (!golden_load(&gd)) return;
   size_t n = gd.rows;
   for (size_t r = 0; r < n; r++) gd.state[r * S + 7] = 1.0f;
-  float *next = floats(n * S), *obs = floats(n * O), *rew = floats(n), *term = floats(n), *want_obs = floats(n * O);
+  float *next = check_floats(n * S), *obs = check_floats(n * O), *rew = check_floats(n), *term = check_floats(n), *want_obs = check_floats(n * O);
   float *zeros = calloc(n, sizeof *zeros), *ones = malloc(n * sizeof *ones);
   cr_assert(zeros && ones);
   for (size_t r = 0; r < n; r++) ones[r] = 1.0f, e->ref_observe(gd.state + r * S, want_obs + r * O);
@@ -263,7 +215,7 @@ Test(terminal, a_terminal_state_steps_to_itself_with_reward_0_in_graph_and_refer
 Test(reset, the_reset_graph_equals_ref_reset_for_1024_envs_on_ref_and_cpu) {
   const lm_env_spec *e = env();
   enum { N = 1024 };
-  float *want = floats((size_t)N * S), *got = floats((size_t)N * S);
+  float *want = check_floats((size_t)N * S), *got = check_floats((size_t)N * S);
   for (size_t i = 0; i < N; i++) e->ref_reset(want + i * S, 7, i, 3);
   /* reset(): pos 5, alien_dir -1, intervals and timers 12, 12, 10, the 4x6 wave at rows 0-3,
    * columns 2-7, nothing else */
@@ -318,7 +270,7 @@ static run_out run_graph(const lm_env_spec *e, const char *backend, size_t n, si
   OK(lm_program_bind(p, "N", (int64_t)n));
   OK(lm_program_bind(p, "T", (int64_t)T));
   lm_program_set_seed(p, seed);
-  run_out o = {floats(n * T), floats(n * T), floats(n * S), 0, 0};
+  run_out o = {check_floats(n * T), check_floats(n * T), check_floats(n * S), 0, 0};
   for (size_t i = 0; i < n; i++) e->ref_reset(o.state + i * S, seed, i, INIT_RUN);
   OK(lm_program_write(p, "state", o.state, n * S));
   OK(lm_program_run(p));
@@ -334,7 +286,7 @@ static run_out run_graph(const lm_env_spec *e, const char *backend, size_t n, si
 /* The same with the reference stepper: step t's actions drawn as the graph draws them
  * (lm_env_ref_random_action, run t); the time limit and auto-reset done here. */
 static run_out run_reference(const lm_env_spec *e, size_t n, size_t T, uint64_t seed) {
-  run_out o = {floats(n * T), floats(n * T), floats(n * S), 0, 0};
+  run_out o = {check_floats(n * T), check_floats(n * T), check_floats(n * S), 0, 0};
   float obs[O];
   int *steps = calloc(n, sizeof *steps);
   cr_assert(steps);

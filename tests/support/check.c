@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 check_rng check_rng_new(uint64_t seed) { return (check_rng){seed}; }
 
@@ -33,6 +34,68 @@ void check_fill(check_rng *r, float *dst, size_t n, double lo, double hi, double
 
 void check_fill_index(check_rng *r, float *dst, size_t count, int n) {
   for (size_t i = 0; i < count; i++) dst[i] = (float)(check_next(r) % (uint64_t)n);
+}
+
+float *check_floats(size_t n) {
+  float *v = malloc((n ? n : 1) * sizeof *v);
+  cr_assert(v, "out of memory for %zu floats", n);
+  check_poison(v, n);
+  return v;
+}
+
+void check_same_bits(const char *what, const float *got, const float *want, size_t n) {
+  size_t bad = 0, first = 0;
+  for (size_t j = 0; j < n; j++)
+    if (memcmp(&got[j], &want[j], sizeof *got) && !bad++) first = j;
+  cr_assert_eq(bad, 0, "%s: %zu of %zu values differ in their bits, the first at %zu (%a vs %a)", what, bad, n, first,
+               (double)got[first], (double)want[first]);
+}
+
+void check_golden_load(const char *path, int S, int A, int O, int exact, check_golden *gd) {
+  memset(gd, 0, sizeof *gd);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "SKIPPED: transitions file %s not found\n", path);
+    cr_skip_test("transitions file %s not found", path);
+  }
+  gd->S = S, gd->A = A, gd->O = O;
+  size_t cols = (size_t)(2 + S + A + S + O + 3), cap = 0;
+  double *v = malloc(cols * sizeof *v);
+  char *line = NULL;
+  size_t len = 0;
+  cr_assert(v && getline(&line, &len, f) > 0 && !strncmp(line, "episode,t,", 10), "%s: no header", path);
+  while (getline(&line, &len, f) > 0) {
+    if (gd->rows == cap) {
+      cap = cap ? 2 * cap : 1024;
+      float **arr[7] = {&gd->state, &gd->action, &gd->next, &gd->obs, &gd->reward, &gd->terminated, &gd->truncated};
+      size_t w[7] = {(size_t)S, (size_t)A, (size_t)S, (size_t)O, 1, 1, 1};
+      for (int k = 0; k < 7; k++) cr_assert((*arr[k] = realloc(*arr[k], cap * w[k] * sizeof(float))), "out of memory");
+    }
+    char *p = line;
+    for (size_t c = 0; c < cols; c++) {
+      char *end;
+      v[c] = strtod(p, &end);
+      cr_assert(end != p && (!exact || v[c] == (float)v[c]), "%s: line %zu column %zu unreadable%s", path,
+                gd->rows + 2, c, exact ? " or not a float" : "");
+      p = *end == ',' ? end + 1 : end;
+    }
+    size_t r = gd->rows++;
+    const double *at = v + 2;
+    for (int k = 0; k < S; k++) gd->state[r * (size_t)S + (size_t)k] = (float)*at++;
+    for (int k = 0; k < A; k++) gd->action[r * (size_t)A + (size_t)k] = (float)*at++;
+    for (int k = 0; k < S; k++) gd->next[r * (size_t)S + (size_t)k] = (float)*at++;
+    for (int k = 0; k < O; k++) gd->obs[r * (size_t)O + (size_t)k] = (float)*at++;
+    gd->reward[r] = (float)at[0], gd->terminated[r] = (float)at[1], gd->truncated[r] = (float)at[2];
+  }
+  free(line);
+  free(v);
+  fclose(f);
+}
+
+void check_golden_free(check_golden *gd) {
+  free(gd->state), free(gd->action), free(gd->next), free(gd->obs), free(gd->reward), free(gd->terminated);
+  free(gd->truncated);
+  memset(gd, 0, sizeof *gd);
 }
 
 void check_poison(float *dst, size_t n) {

@@ -28,6 +28,23 @@ void check_fill_index(check_rng *r, float *dst, size_t count, int n);
 
 /* NaN everywhere, so an output that was never written fails every comparison. */
 void check_poison(float *dst, size_t n);
+/* n floats (at least one), poisoned; the test fails when memory runs out. */
+float *check_floats(size_t n);
+/* got and want hold the same bits (the sign of a zero and NaN payloads included); fails naming
+ * `what`, how many differ and the first. */
+void check_same_bits(const char *what, const float *got, const float *want, size_t n);
+
+/* ---- transitions files (the goldens in ../shared/golden, rltrain record): one row per step,
+ * episode,t,<state S>,<action A>,<next state S>,<obs O>,reward,terminated,truncated ---- */
+typedef struct check_golden {
+  size_t rows;
+  int S, A, O;
+  float *state, *action, *next, *obs, *reward, *terminated, *truncated; /* as recorded, as floats */
+} check_golden;
+/* Reads path; skips the test (with a line on stderr) when the file is not there. exact: every
+ * value must be a float exactly (games' small integers). */
+void check_golden_load(const char *path, int S, int A, int O, int exact, check_golden *gd);
+void check_golden_free(check_golden *gd);
 
 /* Passes when |got[i] - want[i]| <= atol + rtol * |want[i]| for every i; a NaN or inf in
  * want must be matched exactly (same class and sign), a NaN in got never passes otherwise.
