@@ -258,7 +258,8 @@ static lm_status run_host(lm_rollout *r) {
       for (size_t k = 0; k < aw; k++) act[k] = action[e * aw + k];
       if (env->action.kind == LM_SPACE_DISCRETE) /* the vec env's action set and sticky actions */
         act[0] = lm_env_ref_action(env, act[0], &r->last[e],
-                                   lm_rand_uniform(r->seed, LM_ENV_STREAM_STICKY, (uint64_t)e, step_run));
+                                   env->sticky > 0 ? lm_rand_uniform(r->seed, LM_ENV_STREAM_STICKY, (uint64_t)e, step_run)
+                                                   : 1.0f); /* a Philox block per step only where it is read */
       int terminated = 0;
       rew[e] = env->ref_step(s, act, &terminated);
       r->t[e] += 1;
