@@ -39,6 +39,12 @@ static xkey ctx_hash(const lm_xctx *ctx) {
     k = (k + ctx->extent[i] * 0xff51afd7ed558ccdull) ^ (k >> 29);
     k *= 0xc4ceb9fe1a85ec53ull;
   }
+  for (int i = 0; i < ctx->nfacts; i++) {
+    const lm_xfact *f = &ctx->facts[i];
+    h = (h ^ f->e ^ ((uint64_t)f->lo << 20) ^ ((uint64_t)f->hi << 40)) * 0x100000001b3ull + (h >> 31);
+    k = (k + (f->e + 7 * (uint64_t)f->lo + 31 * (uint64_t)f->hi) * 0xff51afd7ed558ccdull) ^ (k >> 29);
+    k *= 0xc4ceb9fe1a85ec53ull;
+  }
   return (xkey){h, k};
 }
 
@@ -512,10 +518,44 @@ static void range_of_poly(lm_exprs *x, const poly *p, const lm_xctx *ctx, range 
   if (r->lo.bad || r->hi.bad) r->ok = 0;
 }
 
+/* The range of p through the facts: p = sum k_f * e_f + rest, each e_f in [lo_f, hi_f] (k_f
+ * from the coefficient, in p, of e_f's first monomial), rest over the loop variables. */
+static void range_with_facts(lm_exprs *x, const poly *p, const lm_xctx *ctx, range *r) {
+  poly rest = *p;
+  int64_t lo = 0, hi = 0;
+  int used = 0;
+  lm_xctx plain = *ctx; /* (the facts' own atoms are simplified without them: no recursion) */
+  plain.facts = NULL, plain.nfacts = 0;
+  for (int i = 0; i < ctx->nfacts; i++) {
+    const lm_xfact *f = &ctx->facts[i];
+    poly pf;
+    poly_of(x, f->e, &plain, &pf);
+    if (pf.bad || !pf.n || !pf.t[0].n) continue;
+    int64_t k = 0;
+    for (int j = 0; j < rest.n; j++)
+      if (!mono_cmp(x, &rest.t[j], &pf.t[0])) k = rest.t[j].c % pf.t[0].c ? 0 : rest.t[j].c / pf.t[0].c;
+    int64_t a, b;
+    if (!k || __builtin_mul_overflow(k, f->lo, &a) || __builtin_mul_overflow(k, f->hi, &b) ||
+        __builtin_add_overflow(lo, k > 0 ? a : b, &lo) || __builtin_add_overflow(hi, k > 0 ? b : a, &hi))
+      continue;
+    poly_add(x, &rest, &pf, -k);
+    used = 1;
+  }
+  range_of_poly(x, &rest, &plain, r);
+  r->ok &= used && !rest.bad;
+  poly c;
+  poly_const(&c, lo);
+  poly_add(x, &r->lo, &c, 1);
+  poly_const(&c, hi);
+  poly_add(x, &r->hi, &c, 1);
+  if (r->lo.bad || r->hi.bad) r->ok = 0;
+}
+
 /* 0 <= p < d for every binding (d a polynomial over symbols). */
 static int poly_within(lm_exprs *x, const poly *p, const poly *d, const lm_xctx *ctx) {
   range r;
   range_of_poly(x, p, ctx, &r);
+  if ((!r.ok || !poly_nonneg(x, &r.lo)) && ctx && ctx->nfacts) range_with_facts(x, p, ctx, &r);
   if (!r.ok || !poly_nonneg(x, &r.lo)) return 0;
   poly gap = *d, one;
   poly_add(x, &gap, &r.hi, -1);
@@ -802,6 +842,35 @@ lm_expr lm_x_simplify(lm_exprs *x, lm_expr e, const lm_xctx *ctx) {
   r = p.bad ? e : poly_expr(x, &p);
   memo_put(x, 1, e, ch, r);
   return r;
+}
+
+/* Bounds from guard's conjuncts c < t and t < c, merged per t. */
+static int guard_facts(lm_exprs *x, lm_expr g, const lm_xctx *ctx, lm_xfact *f, int n, int cap) {
+  const lm_xnode nd = x->nodes[g];
+  if (nd.op == LM_X_AND) return guard_facts(x, nd.b, ctx, f, guard_facts(x, nd.a, ctx, f, n, cap), cap);
+  if (nd.op != LM_X_LT || (!is_c(x, nd.a) && !is_c(x, nd.b)) || (is_c(x, nd.a) && is_c(x, nd.b))) return n;
+  lm_expr t = lm_x_simplify(x, is_c(x, nd.a) ? nd.b : nd.a, ctx);
+  int64_t lo = is_c(x, nd.a) ? cv(x, nd.a) + 1 : INT64_MIN, hi = is_c(x, nd.b) ? cv(x, nd.b) - 1 : INT64_MAX;
+  for (int i = 0; i < n; i++)
+    if (f[i].e == t) {
+      if (lo > f[i].lo) f[i].lo = lo;
+      if (hi < f[i].hi) f[i].hi = hi;
+      return n;
+    }
+  if (!t || n == cap) return n;
+  f[n] = (lm_xfact){t, lo, hi};
+  return n + 1;
+}
+
+lm_expr lm_x_simplify_guarded(lm_exprs *x, lm_expr e, lm_expr guard, const lm_xctx *ctx) {
+  lm_xfact f[8];
+  int n = guard && ctx ? guard_facts(x, guard, ctx, f, 0, 8) : 0, m = 0;
+  for (int i = 0; i < n; i++)
+    if (f[i].lo != INT64_MIN && f[i].hi != INT64_MAX) f[m++] = f[i]; /* two-sided bounds only */
+  if (!m) return lm_x_simplify(x, e, ctx);
+  lm_xctx c = *ctx;
+  c.facts = f, c.nfacts = m;
+  return lm_x_simplify(x, e, &c);
 }
 
 static int prove_diff_nonneg(lm_exprs *x, lm_expr a, lm_expr b, int64_t margin, const lm_xctx *ctx) {

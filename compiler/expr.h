@@ -70,16 +70,29 @@ static inline int lm_x_is_const(const lm_exprs *x, lm_expr e, int64_t v) {
   return x->nodes[e].op == LM_X_CONST && x->nodes[e].v == v;
 }
 
-/* Loop variable i ranges over [0, extent[i]). */
+/* A bound known where an expression is evaluated: lo <= e <= hi (a guard's conjunct). */
+typedef struct lm_xfact {
+  lm_expr e;
+  int64_t lo, hi;
+} lm_xfact;
+
+/* Loop variable i ranges over [0, extent[i]); the facts hold too (none: NULL, 0). */
 typedef struct lm_xctx {
   const lm_expr *extent;
   int nvars;
+  const lm_xfact *facts;
+  int nfacts;
 } lm_xctx;
 
 /* Canonical form: a sum of monomials in a fixed order with constants folded, floor
  * division/modulo split over multiples of the divisor and removed where range analysis
  * proves them trivial. Deterministic: the same input gives the same node. */
 lm_expr lm_x_simplify(lm_exprs *x, lm_expr e, const lm_xctx *ctx);
+/* e simplified where guard holds: the guard's bounds on affine terms (c < t, t < c and their
+ * conjunctions) join the range analysis, so floor division and modulo that the guard makes
+ * trivial vanish (a padded window's index: (y + ky - 1) * W + ... mod H*W is itself inside
+ * the image). The result equals e only where guard is true. */
+lm_expr lm_x_simplify_guarded(lm_exprs *x, lm_expr e, lm_expr guard, const lm_xctx *ctx);
 /* 1 when a - b is provably >= 0 (respectively > 0, == 0) for every binding. */
 int lm_x_prove_ge(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);
 int lm_x_prove_gt(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);

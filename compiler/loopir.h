@@ -78,6 +78,7 @@ typedef struct lm_block {
 typedef struct lm_loop {
   lm_expr extent; /* over symbols only */
   uint8_t kind;   /* lm_loopkind */
+  uint8_t point;  /* a serial loop over independent points: a parallel loop the interchange moved */
   uint32_t mask;  /* LM_L_SPARSE: the local array that selects its lanes */
   int32_t parent; /* -1 = root */
   lm_block body;

@@ -273,7 +273,7 @@ static int32_t deeper(const kbuild *b, int32_t x, int32_t y) {
   return lm_loop_depth(b->k, x) >= lm_loop_depth(b->k, y) ? x : y;
 }
 
-static lm_xctx ctx_of(kbuild *b) { return (lm_xctx){b->extent, (int)b->k->nloops}; }
+static lm_xctx ctx_of(kbuild *b) { return (lm_xctx){.extent = b->extent, .nvars = (int)b->k->nloops}; }
 
 static uint32_t op_stmt(kbuild *b, lm_sop op, uint32_t a, uint32_t c) {
   lm_stmt s = {.op = (uint8_t)op, .a = a, .b = c};
@@ -282,15 +282,27 @@ static uint32_t op_stmt(kbuild *b, lm_sop op, uint32_t a, uint32_t c) {
   return emit(b, s, 0, l);
 }
 
+/* Floor divisions and modulos in e (counted per occurrence). */
+static int divisions(const lm_exprs *x, lm_expr e) {
+  const lm_xnode *nd = lm_x_node(x, e);
+  if (nd->op == LM_X_CONST || nd->op == LM_X_VAR || nd->op == LM_X_SYM) return 0;
+  return (nd->op == LM_X_DIV || nd->op == LM_X_MOD) + divisions(x, nd->a) + divisions(x, nd->b);
+}
+
 static uint32_t load(kbuild *b, uint32_t buf, const lm_shape *shape, const lm_expr *idx, lm_expr valid) {
   lowering *L = b->L;
   lm_xctx ctx = ctx_of(b);
   lm_stmt s = {.op = LM_S_LOAD, .buf = buf, .valid = valid};
-  s.idx = lm_x_simplify(&L->g->x, lm_shape_flat(L->g, shape, idx), &ctx);
+  lm_expr flat = lm_shape_flat(L->g, shape, idx);
+  s.idx = lm_x_simplify(&L->g->x, flat, &ctx);
   /* an index inside the buffer wherever it is evaluated needs no guard: the load can then
-   * be hoisted and shared (a SELECT still zeroes the padded positions) */
-  if (!lm_x_is_const(&L->g->x, valid, 1) && lm_x_prove_ge(&L->g->x, s.idx, lm_x_const(&L->g->x, 0), &ctx) &&
-      lm_x_prove_gt(&L->g->x, lm_shape_numel(L->g, shape), s.idx, &ctx))
+   * be hoisted and shared (a SELECT still zeroes the padded positions) -- unless the guard
+   * makes the index cheaper (fewer divisions: a padded window inside its image), where the
+   * guard stays with the cheaper index */
+  lm_expr guarded = lm_x_is_const(&L->g->x, valid, 1) ? s.idx : lm_x_simplify_guarded(&L->g->x, flat, valid, &ctx);
+  if (divisions(&L->g->x, guarded) < divisions(&L->g->x, s.idx)) s.idx = guarded;
+  else if (!lm_x_is_const(&L->g->x, valid, 1) && lm_x_prove_ge(&L->g->x, s.idx, lm_x_const(&L->g->x, 0), &ctx) &&
+           lm_x_prove_gt(&L->g->x, lm_shape_numel(L->g, shape), s.idx, &ctx))
     s.valid = valid = lm_x_const(&L->g->x, 1);
   if (!lm_kernel_use_buf(b->k, buf)) L->st = LM_ERR_NOMEM;
   return emit(b, s, lm_x_vars_used(&L->g->x, s.idx) | lm_x_vars_used(&L->g->x, valid), -1);

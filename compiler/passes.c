@@ -205,7 +205,7 @@ static int layout_preserving(sweep *sw, lm_edge e) {
   if (!lm_x_prove_eq(&g->x, lm_shape_numel(g, &s), lm_shape_numel(g, &ns))) return 0;
   lm_expr idx[LM_MAX_RANK], flat, valid;
   for (int i = 0; i < s.rank; i++) idx[i] = lm_x_var(&g->x, i);
-  lm_xctx ctx = {s.dim, s.rank};
+  lm_xctx ctx = {.extent = s.dim, .nvars = s.rank};
   lm_edge_index(g, e, idx, &ctx, &flat, &valid);
   lm_expr want = lm_x_simplify(&g->x, lm_shape_flat(g, &s, idx), &ctx);
   return flat && want && flat == want && lm_x_is_const(&g->x, valid, 1);

@@ -353,14 +353,19 @@ lm_status lm_pool_new(int n_threads, lm_pool **out) {
   if (sched_getaffinity(0, sizeof p->allowed, &p->allowed) != 0) CPU_ZERO(&p->allowed);
 #endif
   pin_plan(p, n_threads, cpus);
+  /* kernels keep local arrays on the stack (a staged weight matrix: up to 1 MiB), so workers
+   * get the main thread's usual 8 MiB whatever the process's stack limit says */
+  pthread_attr_t attr;
+  int have_attr = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, (size_t)8 << 20) == 0;
   for (; started < n_threads - 1; started++) {
     p->workers[started] = (worker){p, started + 1, cpus[started + 1]};
-    rc = pthread_create(&p->threads[started], NULL, worker_main, &p->workers[started]);
+    rc = pthread_create(&p->threads[started], have_attr ? &attr : NULL, worker_main, &p->workers[started]);
     if (rc) break;
     if (cpus[started + 1] >= 0 && pin(p->threads[started], cpus[started + 1])) p->pinned = 1;
     else p->workers[started].cpu = -1;
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (have_attr) pthread_attr_destroy(&attr);
   lm_free(cpus);
   if (rc) {
     pool_stop(p, started);

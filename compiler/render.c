@@ -1266,7 +1266,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
 
   /* ---- analysis */
   for (size_t i = 0; i < k->nloops; i++) r.ext[i] = k->loops[i].extent;
-  r.xc = (lm_xctx){r.ext, (int)k->nloops};
+  r.xc = (lm_xctx){.extent = r.ext, .nvars = (int)k->nloops};
   for (size_t i = 0; i < k->nstmts; i++) r.blk[i] = -2;
   if (k->npar < 0 || (size_t)k->npar > k->nloops) fail(&r, "npar %d with %zu loops", k->npar, k->nloops);
   if (k->group && (!r.flat || !r.d->shared_qual))

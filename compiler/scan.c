@@ -35,7 +35,7 @@ static int envwise_access(lm_exprs *x, const lm_kernel *k, lm_expr idx, lm_expr 
   lm_expr ext[64];
   if (k->nloops > 64) return 0;
   for (size_t i = 0; i < k->nloops; i++) ext[i] = k->loops[i].extent;
-  lm_xctx ctx = {ext, (int)k->nloops};
+  lm_xctx ctx = {.extent = ext, .nvars = (int)k->nloops};
   lm_expr r = lm_x_simplify(x, lm_x_sub(x, idx, lm_x_mul(x, lm_x_var(x, 0), stride)), &ctx);
   if (!r || (lm_x_vars_used(x, r) & 1)) return 0;
   return lm_x_prove_ge(x, r, lm_x_const(x, 0), &ctx) && lm_x_prove_gt(x, stride, r, &ctx);

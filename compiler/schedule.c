@@ -10,12 +10,16 @@
  * operand that is strided in p and indexed by p and k alone (a weight matrix read by rows in
  * a backward matmul) is first copied, once per call, into a local array laid out [k][p]:
  *   for k: for p: w'[k*P + p] = w[idx(p, k)];   ...   for k: for p: a[p] += w'[k*P + p] * ...
- * so the interchange applies to it too. */
+ * so the interchange applies to it too.
+ * A reduction over several axes is nested sums (acc0 += (acc1 = sum_b (acc2 = sum_y f))); the
+ * moved p loop is then interchanged again, inward through each level, every level keeping an
+ * array of accumulators, until p is innermost: for x: for b: for y: for p: a2[p] += f(p, ...)
+ * (a convolution's weight gradient), still in the same order for every element. */
 #include <string.h>
 
 #include "loopir.h"
 
-enum { MAX_EXTENT = 4096, MAX_MERGED_BUFS = 24, MAX_STAGED = 8, MAX_STAGED_FLOATS = 32768 };
+enum { MAX_EXTENT = 4096, MAX_MERGED_BUFS = 24, MAX_STAGED = 8, MAX_STAGED_FLOATS = 262144 };
 
 /* Loads of one kernel to stage (see above). */
 typedef struct staging {
@@ -51,7 +55,8 @@ static int stride_ok(lm_exprs *x, lm_expr idx, int32_t p, const lm_xctx *ctx) {
 }
 
 /* Can this strided load be staged: read-only, directly in a reduction loop r of p's block,
- * indexed by p and r alone, constant extents, small enough for the stack? */
+ * indexed by p and r alone, constant extents, small enough for the stack (MAX_STAGED_FLOATS
+ * with the kernel's other local arrays: 1 MiB, a [1600, 128] dense layer read by columns)? */
 static int stage_load(staging *sg, lm_exprs *x, const lm_stmt *s, int32_t p) {
   const lm_kernel *k = sg->k;
   if (!sg->allow || s->local || sg->n == MAX_STAGED || s->loop < 0 || k->loops[s->loop].parent != p) return 0;
@@ -101,7 +106,7 @@ static int eligible(const lm_kernel *k, lm_exprs *x, int32_t p, int64_t *extent,
   lm_expr ext[64];
   if (k->nloops > 64) return 0;
   for (size_t i = 0; i < k->nloops; i++) ext[i] = k->loops[i].extent;
-  lm_xctx ctx = {ext, (int)k->nloops};
+  lm_xctx ctx = {.extent = ext, .nvars = (int)k->nloops};
   const lm_block *b = &k->loops[p].body;
   int loops = 0, tail = 0;
   for (size_t i = 0; i < b->n; i++) {
@@ -188,6 +193,7 @@ static void rebuild_p(ic *c, int32_t target) {
   /* arrays for the accumulators, zeroed */
   int32_t init = new_loop(c, target, lp->extent, LM_L_SERIAL);
   if (init < 0) return;
+  c->n->loops[init].point = 1;
   lm_expr iv = lm_x_var(x, init);
   for (size_t i = 0; i < lp->body.n; i++) {
     lm_item it = lp->body.items[i];
@@ -213,6 +219,7 @@ static void rebuild_p(ic *c, int32_t target) {
       c->vmap[it.id] = lm_x_var(x, rl);
       int32_t pl = new_loop(c, rl, lp->extent, LM_L_SERIAL);
       if (pl < 0) return;
+      c->n->loops[pl].point = 1;
       c->vmap[c->p] = lm_x_var(x, pl);
       copy_block(c, &r->body, pl, c->vmap[c->p]);
     }
@@ -224,6 +231,7 @@ static void rebuild_p(ic *c, int32_t target) {
     if (it.is_loop || k->stmts[it.id].op == LM_S_ACC) continue;
     if (tail < 0) {
       if ((tail = new_loop(c, target, lp->extent, LM_L_SERIAL)) < 0) return;
+      c->n->loops[tail].point = 1;
       c->vmap[c->p] = lm_x_var(x, tail);
     }
     copy_stmt(c, it.id, tail, c->vmap[c->p]);
@@ -245,6 +253,7 @@ static void copy_block(ic *c, const lm_block *b, int32_t target, lm_expr pv) {
     const lm_loop *l = &k->loops[it.id];
     int32_t nl = new_loop(c, target, l->extent, (lm_loopkind)l->kind);
     if (nl < 0) return;
+    c->n->loops[nl].point = l->point;
     c->vmap[it.id] = lm_x_var(c->x, nl);
     copy_block(c, &l->body, nl, pv);
   }
@@ -305,14 +314,16 @@ static void stage_copies(ic *c) {
   lm_free(tmp);
 }
 
-/* Rebuilds kernel k into n with its innermost parallel loop moved inside its reductions. */
-static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n, int stage) {
+/* Rebuilds kernel k into n with loop p (its innermost parallel loop, or a point loop an earlier
+ * interchange made) moved inside its reductions. */
+static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n, int32_t p, int stage) {
   lm_exprs *x = &plan->g->x;
-  int32_t p = k->npar - 1;
   int64_t extent;
   memset(n, 0, sizeof *n);
   staging sg = {.allow = stage, .k = k};
-  if (k->npar < 2 || !eligible(k, x, p, &extent, &sg)) return 0;
+  for (size_t i = 0; i < k->nlocals; i++) sg.floats += k->locals[i]; /* one stack budget for all rounds */
+  if (p < 0 || (p < k->npar ? k->npar < 2 || p != k->npar - 1 : !k->loops[p].point) || !eligible(k, x, p, &extent, &sg))
+    return 0;
   ic c = {.k = k, .stg = &sg, .n = n, .x = x, .p = p, .extent = extent, .ok = 1};
   c.vmap = lm_calloc(k->nloops + 1, sizeof *c.vmap);
   c.smap = lm_calloc(k->nstmts + 1, sizeof *c.smap);
@@ -320,8 +331,12 @@ static int interchange(const lm_plan *plan, const lm_kernel *k, lm_kernel *n, in
   c.staged = lm_calloc(k->nstmts + 1, sizeof *c.staged);
   memcpy(n->name, k->name, sizeof n->name);
   n->anchor = k->anchor;
-  n->npar = k->npar - 1;
-  if (c.vmap && c.smap && c.acc && c.staged) {
+  n->npar = p < k->npar ? k->npar - 1 : k->npar;
+  if (k->nlocals && LM_GROW(n->locals, n->localcap, k->nlocals)) { /* (those of an earlier interchange) */
+    memcpy(n->locals, k->locals, k->nlocals * sizeof *k->locals);
+    n->nlocals = k->nlocals;
+  }
+  if (c.vmap && c.smap && c.acc && c.staged && n->nlocals == k->nlocals) {
     stage_alloc(&c);
     if (c.ok) copy_block(&c, &k->root, -1, 0);
     if (c.ok) stage_copies(&c);
@@ -419,22 +434,80 @@ static int split_par(const lm_kernel *k, lm_exprs *x, lm_kernel *n) {
   return ok && !x->failed;
 }
 
+/* Perfectly nested parallel loops a > 0 and b (a's body is loop b alone, constant extents) that
+ * every index steps through as one axis (the step in a is extent(b) times the step in b; no
+ * other use) become one loop: a's extent 1, b's extent(a) * extent(b), a replaced by 0. A
+ * [N, 10, 10, 16] gradient is then one axis of 1600 that interchange() can move, contiguously,
+ * inside its reduction. Same loads, same order: the same bits. */
+static int merge_par(lm_exprs *x, lm_kernel *k) {
+  int merged = 0;
+  for (int32_t a = 1; a + 1 < k->npar && k->nloops <= 64; a++) {
+    lm_loop *la = &k->loops[a], *lb = &k->loops[a + 1];
+    const lm_xnode *ea = lm_x_node(x, la->extent), *eb = lm_x_node(x, lb->extent);
+    if (la->body.n != 1 || !la->body.items[0].is_loop || la->body.items[0].id != (uint32_t)(a + 1) ||
+        lb->kind != LM_L_PARALLEL || ea->op != LM_X_CONST || eb->op != LM_X_CONST || ea->v < 2)
+      continue;
+    const int64_t A = ea->v, B = eb->v;
+    int ok = 1;
+    for (size_t i = 0; i < k->nstmts && ok; i++) {
+      const lm_stmt *st = &k->stmts[i];
+      lm_expr es[3] = {st->idx, st->valid, st->step};
+      for (int j = 0; j < 3 && ok; j++) {
+        int64_t da, db;
+        if (!es[j] || !(lm_x_vars_used(x, es[j]) & ((uint64_t)3 << a))) continue;
+        ok = j != 1 && lm_x_step(x, es[j], a, (int)k->nloops, &da) && lm_x_step(x, es[j], a + 1, (int)k->nloops, &db) &&
+             da == B * db;
+      }
+    }
+    if (!ok) continue;
+    lm_expr map[64] = {0};
+    map[a] = lm_x_const(x, 0);
+    for (size_t i = 0; i < k->nstmts; i++) {
+      lm_stmt *st = &k->stmts[i];
+      if (st->idx) st->idx = lm_x_simplify(x, lm_x_subst(x, st->idx, map, (int)k->nloops), NULL);
+      if (st->step) st->step = lm_x_simplify(x, lm_x_subst(x, st->step, map, (int)k->nloops), NULL);
+    }
+    k->loops[a].extent = lm_x_const(x, 1);
+    k->loops[a + 1].extent = lm_x_const(x, A * B);
+    merged++;
+  }
+  return merged;
+}
+
+/* The moved point loops of k, interchanged again inward through nested reductions, in place. */
+static void interchange_points(const lm_plan *plan, lm_kernel *k, int stage) {
+  for (int round = 0; round < 8; round++) {
+    lm_kernel n;
+    int32_t q = 0;
+    for (; q < (int32_t)k->nloops; q++) {
+      if (interchange(plan, k, &n, q, stage)) break;
+      lm_kernel_free(&n);
+    }
+    if (q == (int32_t)k->nloops) return;
+    lm_kernel_free(k);
+    *k = n;
+  }
+}
+
 int lm_schedule_interchange(lm_plan *plan, int stage) {
   int changed = 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel n, s;
-    if (!interchange(plan, &plan->kernels[i], &n, stage)) {
+    lm_kernel *k = &plan->kernels[i];
+    merge_par(&plan->g->x, k);
+    if (!interchange(plan, k, &n, k->npar - 1, stage)) {
       lm_kernel_free(&n); /* (zeroed or partly built) */
-      if (!split_par(&plan->kernels[i], &plan->g->x, &s)) continue;
-      int done = interchange(plan, &s, &n, stage);
+      if (!split_par(k, &plan->g->x, &s)) continue;
+      int done = interchange(plan, &s, &n, s.npar - 1, stage);
       lm_kernel_free(&s);
       if (!done) {
         lm_kernel_free(&n);
         continue;
       }
     }
-    lm_kernel_free(&plan->kernels[i]);
-    plan->kernels[i] = n;
+    interchange_points(plan, &n, stage);
+    lm_kernel_free(k);
+    *k = n;
     changed++;
   }
   return changed;

@@ -68,7 +68,7 @@ static long check_index(lm_tensor t, const int64_t *syms, ref_fn ref) {
     dims[i] = lm_x_eval(&g->x, s.dim[i], NULL, syms);
     cr_assert_gt(dims[i], 0, "dim %d is %lld", i, (long long)dims[i]);
   }
-  lm_xctx ctx = {s.dim, s.rank};
+  lm_xctx ctx = {.extent = s.dim, .nvars = s.rank};
   lm_expr flat, valid;
   lm_edge_index(g, e, idx, &ctx, &flat, &valid);
   cr_assert(flat && valid, "index expressions missing");
@@ -280,7 +280,7 @@ static void edge_index_text(lm_tensor t, char *flat_text, char *valid_text, size
   const lm_shape *s = lm_edge_shape(g, lm_edge_of(t));
   lm_expr idx[LM_MAX_RANK], flat, valid;
   for (int i = 0; i < s->rank; i++) idx[i] = lm_x_var(&g->x, i);
-  lm_xctx ctx = {s->dim, s->rank};
+  lm_xctx ctx = {.extent = s->dim, .nvars = s->rank};
   lm_edge_index(g, lm_edge_of(t), idx, &ctx, &flat, &valid);
   print_expr(g, flat, flat_text, cap);
   print_expr(g, valid, valid_text, cap);
@@ -307,7 +307,7 @@ Test(simplify, broadcast_index_does_not_depend_on_the_expanded_variable) {
   expect_shape(y, "[N,4]");
   const lm_shape *s = lm_edge_shape(g, lm_edge_of(y));
   lm_expr idx[2] = {lm_x_var(&g->x, 0), lm_x_var(&g->x, 1)}, flat, valid;
-  lm_xctx ctx = {s->dim, 2};
+  lm_xctx ctx = {.extent = s->dim, .nvars = 2};
   lm_edge_index(g, lm_edge_of(y), idx, &ctx, &flat, &valid);
   cr_assert_eq(lm_x_vars_used(&g->x, flat), 2u, "flat index should use i1 only");
   char text[64];
@@ -381,7 +381,7 @@ Test(simplify, random_index_expressions_keep_their_value) {
   lm_exprs_init(&x);
   for (int k = 0; k < 3; k++) cr_assert_eq(lm_x_symbol(&x, (const char *[]){"A", "B", "C"}[k], 1), k);
   lm_expr ext[3] = {lm_x_const(&x, 7), lm_x_sym(&x, 1), lm_x_const(&x, 3)};
-  lm_xctx ctx = {ext, 3};
+  lm_xctx ctx = {.extent = ext, .nvars = 3};
   check_rng r = check_rng_new(20261130);
   int changed = 0;
   for (int n = 0; n < 4000; n++) {
@@ -416,7 +416,7 @@ Test(simplify, coefficients_over_a_constant_divisor_reduce_when_the_remainder_fi
   lm_exprs x;
   lm_exprs_init(&x);
   lm_expr ext[2] = {lm_x_const(&x, 10), lm_x_const(&x, 3)};
-  lm_xctx ctx = {ext, 2};
+  lm_xctx ctx = {.extent = ext, .nvars = 2};
   lm_expr i0 = lm_x_var(&x, 0), i1 = lm_x_var(&x, 1), c12 = lm_x_const(&x, 12);
   lm_expr e = lm_x_add(&x, i0, lm_x_mul(&x, lm_x_const(&x, 13), i1));
   cr_assert_eq(lm_x_simplify(&x, lm_x_mod(&x, e, c12), &ctx), lm_x_simplify(&x, lm_x_add(&x, i0, i1), &ctx));
@@ -424,6 +424,40 @@ Test(simplify, coefficients_over_a_constant_divisor_reduce_when_the_remainder_fi
   /* i0 + 11 i1 reaches 32: 11 i1 = 12 i1 - i1 gives i0 - i1, which can be negative: kept */
   lm_expr f = lm_x_add(&x, i0, lm_x_mul(&x, lm_x_const(&x, 11), i1)), s = lm_x_simplify(&x, lm_x_mod(&x, f, c12), &ctx);
   cr_assert_eq(x.nodes[s].op, LM_X_MOD);
+  lm_exprs_free(&x);
+}
+
+/* A padded 3x3 window over a 10x10 image with 4 channels: row i0 + i2 - 1, column i1 + i3 - 1,
+ * the guard 0 < i0 + i2 < 11 && 0 < i1 + i3 < 11. Where it holds the flat index is inside the
+ * image, so its modulo by the image size and its division vanish; without the guard they stay.
+ * Both forms agree at every point the guard admits. */
+Test(simplify, a_guard_on_affine_terms_removes_the_modulo_it_makes_trivial) {
+  lm_exprs x;
+  lm_exprs_init(&x);
+  lm_expr ext[5] = {lm_x_const(&x, 10), lm_x_const(&x, 10), lm_x_const(&x, 3), lm_x_const(&x, 3), lm_x_const(&x, 4)};
+  lm_xctx ctx = {.extent = ext, .nvars = 5};
+  lm_expr v[5];
+  for (int i = 0; i < 5; i++) v[i] = lm_x_var(&x, i);
+  lm_expr row = lm_x_add(&x, v[0], v[2]), col = lm_x_add(&x, v[1], v[3]);
+  lm_expr flat = lm_x_add(&x, lm_x_add(&x, lm_x_mul(&x, row, lm_x_const(&x, 40)), lm_x_mul(&x, col, lm_x_const(&x, 4))),
+                          lm_x_add(&x, v[4], lm_x_const(&x, -44)));
+  lm_expr c400 = lm_x_const(&x, 400), c0 = lm_x_const(&x, 0), c11 = lm_x_const(&x, 11);
+  lm_expr e = lm_x_add(&x, lm_x_mod(&x, flat, c400), lm_x_mul(&x, lm_x_div(&x, flat, c400), lm_x_const(&x, 1000)));
+  lm_expr guard = lm_x_and(&x, lm_x_and(&x, lm_x_lt(&x, c0, row), lm_x_lt(&x, row, c11)),
+                           lm_x_and(&x, lm_x_lt(&x, c0, col), lm_x_lt(&x, col, c11)));
+  lm_expr plain = lm_x_simplify(&x, e, &ctx), guarded = lm_x_simplify_guarded(&x, e, guard, &ctx);
+  cr_assert_eq(guarded, lm_x_simplify(&x, flat, &ctx), "the guarded index keeps a division or modulo");
+  cr_assert_neq(plain, guarded, "without the guard the modulo must stay");
+  int64_t at[5];
+  for (at[0] = 0; at[0] < 10; at[0]++)
+    for (at[1] = 0; at[1] < 10; at[1]++)
+      for (at[2] = 0; at[2] < 3; at[2]++)
+        for (at[3] = 0; at[3] < 3; at[3]++)
+          for (at[4] = 0; at[4] < 4; at[4]++)
+            if (lm_x_eval(&x, guard, at, NULL))
+              cr_assert_eq(lm_x_eval(&x, guarded, at, NULL), lm_x_eval(&x, e, at, NULL));
+  /* a one-sided bound proves nothing here: kept */
+  cr_assert_eq(lm_x_simplify_guarded(&x, e, lm_x_lt(&x, c0, row), &ctx), plain);
   lm_exprs_free(&x);
 }
 

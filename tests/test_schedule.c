@@ -366,6 +366,98 @@ Test(schedule, sums_over_the_batch_run_eight_outputs_side_by_side_with_refs_bits
   lm_graph_free(g);
 }
 
+/* 1 when e holds a floor division or modulo by the constant d. */
+static int divides_by(const lm_exprs *x, lm_expr e, int64_t d) {
+  const lm_xnode *nd = lm_x_node(x, e);
+  if (nd->op == LM_X_CONST || nd->op == LM_X_VAR || nd->op == LM_X_SYM) return 0;
+  if ((nd->op == LM_X_DIV || nd->op == LM_X_MOD) && lm_x_is_const(x, nd->b, d)) return 1;
+  return divides_by(x, nd->a, d) || divides_by(x, nd->b, d);
+}
+
+/* MinAtar's network, cut down: conv 3x3 (4 -> 16 channels, SAME padding) on a 10x10 image,
+ * relu, flatten, dense 1600 -> 8, and the gradients of a sum of squares. The convolution's
+ * weight gradient sums over batch, rows and columns: three nested sums, through which the
+ * interchange moves the output channels until they are innermost (three arrays of 16
+ * accumulators); the dense layer's input gradient, [N, 10, 10, 16], is one axis of 1600 that
+ * reads the weights by columns from a staged copy; the padded image's index needs no modulo
+ * by the image size where the padding guard holds. Every element sums in the ref's order:
+ * the same bits. */
+Test(schedule, conv_gradients_interchange_through_nested_sums_with_refs_bits) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 4, (lm_dim[]){N, 10, 10, 4});
+  lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){36, 16});
+  lm_tensor w2 = lm_input(g, "w2", LM_ROLE_DATA, 2, (lm_dim[]){1600, 8});
+  lm_tensor h = lm_reshape(lm_relu(lm_conv2d(x, w, 3, 3)), 2, (lm_dim[]){N, 1600});
+  lm_tensor y = lm_matmul(h, w2);
+  lm_tensor loss = lm_sum(lm_sum(lm_mul(y, y), 1, 0), 0, 0);
+  lm_tensor grads[2];
+  OK(lm_grad(loss, (lm_tensor[]){w, w2}, 2, grads));
+  OK(lm_output(grads[0], "dw"));
+  OK(lm_output(grads[1], "dw2"));
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  int nested = 0, staged = 0;
+  uint32_t xb = UINT32_MAX;
+  for (size_t b = 0; b < comp.plan->nbufs; b++)
+    if (comp.plan->bufs[b].kind == LM_BUF_INPUT && !strcmp(comp.g->inputs[comp.plan->bufs[b].index].name, "x"))
+      xb = (uint32_t)b;
+  cr_assert(xb != UINT32_MAX, "x has no plan buffer");
+  for (size_t k = 0; k < comp.plan->nkernels; k++) {
+    const lm_kernel *kn = &comp.plan->kernels[k];
+    int sixteen = 0;
+    for (size_t l = 0; l < kn->nlocals; l++) {
+      sixteen += kn->locals[l] == 16;
+      staged += kn->locals[l] == 1600 * 8;
+    }
+    nested += sixteen >= 3;
+    for (size_t i = 0; i < kn->nstmts; i++) {
+      const lm_stmt *st = &kn->stmts[i];
+      if (st->op == LM_S_LOAD && !st->local && st->buf == xb)
+        cr_assert(!divides_by(&comp.g->x, st->idx, 400), "kernel %s reads x with an index modulo 400", kn->name);
+    }
+  }
+  cr_assert(nested >= 1, "no kernel keeps three levels of 16 accumulators (the weight gradient)");
+  cr_assert(staged >= 1, "no kernel stages the dense weights [1600, 8] by columns");
+  lm_compiled_free(&comp);
+  const int64_t n = 6;
+  lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
+  cr_assert(bc && br, "%s", lm_last_error());
+  lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
+  cr_assert(pc && pr, "%s", lm_last_error());
+  check_rng r = check_rng_new(7);
+  const struct { const char *name; size_t count; } in[] = {{"x", n * 400}, {"w", 36 * 16}, {"w2", 1600 * 8}};
+  for (size_t i = 0; i < 3; i++) {
+    float *v = malloc(in[i].count * sizeof *v);
+    cr_assert(v);
+    check_fill(&r, v, in[i].count, -1, 1, 0.01);
+    for (int b = 0; b < 2; b++) {
+      lm_program_t *p = b ? pr : pc;
+      OK(lm_program_bind(p, "N", n));
+      OK(lm_program_write(p, in[i].name, v, in[i].count));
+    }
+    free(v);
+  }
+  OK(lm_program_run(pc));
+  OK(lm_program_run(pr));
+  const struct { const char *name; size_t count; } out[] = {{"dw", 36 * 16}, {"dw2", 1600 * 8}};
+  for (int o = 0; o < 2; o++) {
+    float *got = malloc(out[o].count * sizeof *got), *want = malloc(out[o].count * sizeof *want);
+    cr_assert(got && want);
+    OK(lm_program_read(pc, out[o].name, got, out[o].count));
+    OK(lm_program_read(pr, out[o].name, want, out[o].count));
+    check_same_bits(out[o].name, got, want, out[o].count);
+    free(got);
+    free(want);
+  }
+  lm_program_free(pc);
+  lm_program_free(pr);
+  lm_backend_free(bc);
+  lm_backend_free(br);
+  lm_graph_free(g);
+}
+
 /* ================================================================ memory planning */
 
 Test(schedule, deep_materialised_chain_reuses_the_arena_and_matches_ref) {

@@ -58,7 +58,7 @@ static ref_edge edge_exprs(lm_graph_t *g, lm_edge e) {
   const lm_shape *s = lm_edge_shape(g, e);
   lm_expr idx[LM_MAX_RANK];
   for (int i = 0; i < s->rank; i++) idx[i] = lm_x_var(&g->x, i);
-  lm_xctx ctx = {s->dim, s->rank};
+  lm_xctx ctx = {.extent = s->dim, .nvars = s->rank};
   ref_edge r;
   lm_edge_index(g, e, idx, &ctx, &r.flat, &r.valid);
   return r;

@@ -313,7 +313,7 @@ static int vars_bound(ob *o, lm_expr e) {
   }
 }
 
-static lm_xctx xctx(ob *o) { return (lm_xctx){o->ext, (int)o->k->nloops}; }
+static lm_xctx xctx(ob *o) { return (lm_xctx){.extent = o->ext, .nvars = (int)o->k->nloops}; }
 
 /* e over logical variables -> over the new loops' variables, simplified. */
 static lm_expr tx(ob *o, lm_expr e) {
@@ -884,7 +884,7 @@ static void finish(ob *o) {
     goto done;
   }
   for (size_t i = 0; i < nl; i++) ext2[i] = k->loops[i].extent;
-  lm_xctx c = {ext2, (int)nl};
+  lm_xctx c = {.extent = ext2, .nvars = (int)nl};
   for (size_t i = 0; i < k->nstmts; i++) {
     lm_stmt *s = &k->stmts[i];
     if (s->loop >= 0) s->loop = map[s->loop];

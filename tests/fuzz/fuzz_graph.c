@@ -20,7 +20,7 @@ static void exercise_edge(lm_graph_t *g, lm_edge e, const int64_t *syms) {
   lm_expr idx[LM_MAX_RANK], flat, valid;
   int64_t zero[LM_MAX_RANK] = {0};
   for (int i = 0; i < s->rank; i++) idx[i] = lm_x_var(&g->x, i);
-  lm_xctx ctx = {s->dim, s->rank};
+  lm_xctx ctx = {.extent = s->dim, .nvars = s->rank};
   lm_edge_index(g, e, idx, &ctx, &flat, &valid);
   if (syms && flat && valid) {
     int nonempty = 1;
