@@ -489,6 +489,102 @@ static void interchange_points(const lm_plan *plan, lm_kernel *k, int stage) {
   }
 }
 
+/* Floor divisions and modulos in e, per occurrence; with var >= 0, only those whose operand
+ * names that variable (their constant divisors go to d[], up to 8). */
+static int divmods(const lm_exprs *x, lm_expr e, int var, int64_t *d, int *nd) {
+  const lm_xnode *n = lm_x_node(x, e);
+  if (n->op == LM_X_CONST || n->op == LM_X_VAR || n->op == LM_X_SYM) return 0;
+  int here = 0;
+  if ((n->op == LM_X_DIV || n->op == LM_X_MOD) && (var < 0 || (var < 64 && (lm_x_vars_used(x, n->a) >> var) & 1))) {
+    here = 1;
+    const lm_xnode *b = lm_x_node(x, n->b);
+    if (d && b->op == LM_X_CONST && *nd < 8) d[(*nd)++] = b->v;
+  }
+  return here + divmods(x, n->a, var, d, nd) + divmods(x, n->b, var, d, nd);
+}
+
+static int kernel_divmods(const lm_exprs *x, const lm_kernel *k) {
+  int n = 0;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    lm_expr es[3] = {s->idx, s->valid, s->step};
+    for (int j = 0; j < 3; j++) n += es[j] ? divmods(x, es[j], -1, NULL, NULL) : 0;
+  }
+  return n;
+}
+
+/* A serial loop l whose variable is read through floor divisions and modulos by constants
+ * (a reduction over a flattened [3, 3, 4] window: l / 12, l / 4 % 3, l % 4) becomes two nested
+ * loops, l = a * d + b, when that leaves fewer divisions: the same iterations in the same
+ * order (the same bits), and a guard on the outer part (the window inside the image) is
+ * decided once per inner run. Repeated until no split pays. */
+static int split_serial(lm_exprs *x, lm_kernel *k) {
+  int splits = 0;
+  for (int round = 0; round < 16; round++) {
+    int best = kernel_divmods(x, k), done = 0;
+    for (int32_t l = k->npar; l < (int32_t)k->nloops && !done && k->nloops < 63; l++) {
+      const lm_loop *lp = &k->loops[l];
+      const lm_xnode *e = lm_x_node(x, lp->extent);
+      if (lp->kind != LM_L_SERIAL || lp->point || e->op != LM_X_CONST) continue;
+      const int64_t E = e->v;
+      int64_t d[8];
+      int nd = 0;
+      for (size_t i = 0; i < k->nstmts && nd < 8; i++) {
+        const lm_stmt *s = &k->stmts[i];
+        lm_expr es[3] = {s->idx, s->valid, s->step};
+        for (int j = 0; j < 3; j++)
+          if (es[j]) divmods(x, es[j], l, d, &nd);
+      }
+      for (int c = 0; c < nd && !done; c++) {
+        if (d[c] < 2 || d[c] >= E || E % d[c]) continue;
+        const int64_t D = d[c];
+        int32_t nl = (int32_t)k->nloops;
+        lm_expr ext[64];
+        for (int32_t i = 0; i < nl; i++) ext[i] = k->loops[i].extent;
+        ext[l] = lm_x_const(x, E / D);
+        ext[nl] = lm_x_const(x, D);
+        lm_xctx ctx = {.extent = ext, .nvars = nl + 1};
+        lm_expr map[64] = {0};
+        map[l] = lm_x_add(x, lm_x_mul(x, lm_x_var(x, l), lm_x_const(x, D)), lm_x_var(x, nl));
+        lm_kernel tmp = *k; /* counted through a copy of the statements */
+        tmp.stmts = lm_calloc(k->nstmts + 1, sizeof *tmp.stmts);
+        if (!tmp.stmts) return splits;
+        for (size_t i = 0; i < k->nstmts; i++) {
+          lm_stmt st = k->stmts[i];
+          lm_expr *es[3] = {&st.idx, &st.valid, &st.step};
+          for (int j = 0; j < 3; j++)
+            if (*es[j]) *es[j] = lm_x_simplify(x, lm_x_subst(x, *es[j], map, nl), &ctx);
+          tmp.stmts[i] = st;
+        }
+        if (!x->failed && kernel_divmods(x, &tmp) < best && LM_GROW(k->loops, k->loopcap, k->nloops + 1)) {
+          lm_loop *ol = &k->loops[l];
+          k->loops[nl] = (lm_loop){.extent = ext[nl], .kind = LM_L_SERIAL, .parent = l, .body = ol->body};
+          ol->body = (lm_block){0};
+          ol->extent = ext[l];
+          k->nloops++;
+          if (lm_block_insert(&k->loops[l].body, 0, (lm_item){1, (uint32_t)nl})) {
+            for (size_t i = 0; i + 1 < k->nloops; i++)
+              if (k->loops[i].parent == l && (int32_t)i != nl) k->loops[i].parent = nl;
+            for (size_t i = 0; i < k->nstmts; i++) {
+              tmp.stmts[i].loop = tmp.stmts[i].loop == l ? nl : tmp.stmts[i].loop;
+              k->stmts[i] = tmp.stmts[i];
+            }
+            done = 1;
+            splits++;
+          } else { /* (out of memory: undo) */
+            k->loops[l].body = k->loops[nl].body;
+            k->loops[l].extent = lm_x_const(x, E);
+            k->nloops--;
+          }
+        }
+        lm_free(tmp.stmts);
+      }
+    }
+    if (!done) break;
+  }
+  return splits;
+}
+
 int lm_schedule_interchange(lm_plan *plan, int stage) {
   int changed = 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
@@ -510,6 +606,7 @@ int lm_schedule_interchange(lm_plan *plan, int stage) {
     *k = n;
     changed++;
   }
+  for (size_t i = 0; i < plan->nkernels; i++) changed += split_serial(&plan->g->x, &plan->kernels[i]) > 0;
   return changed;
 }
 

@@ -380,7 +380,8 @@ static int divides_by(const lm_exprs *x, lm_expr e, int64_t d) {
  * interchange moves the output channels until they are innermost (three arrays of 16
  * accumulators); the dense layer's input gradient, [N, 10, 10, 16], is one axis of 1600 that
  * reads the weights by columns from a staged copy; the padded image's index needs no modulo
- * by the image size where the padding guard holds. Every element sums in the ref's order:
+ * by the image size where the padding guard holds; the forward sum over the flattened window
+ * is split back into its 3 x 3 x 4 loops. Every element sums in the ref's order:
  * the same bits. */
 Test(schedule, conv_gradients_interchange_through_nested_sums_with_refs_bits) {
   lm_graph_t *g = lm_graph_new();
@@ -398,7 +399,7 @@ Test(schedule, conv_gradients_interchange_through_nested_sums_with_refs_bits) {
   lm_compiled comp;
   lm_compile_options co = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
   OK(lm_compile_ex(g, NULL, &co, &comp));
-  int nested = 0, staged = 0;
+  int nested = 0, staged = 0, xloads = 0, unsplit = 0;
   uint32_t xb = UINT32_MAX;
   for (size_t b = 0; b < comp.plan->nbufs; b++)
     if (comp.plan->bufs[b].kind == LM_BUF_INPUT && !strcmp(comp.g->inputs[comp.plan->bufs[b].index].name, "x"))
@@ -414,12 +415,18 @@ Test(schedule, conv_gradients_interchange_through_nested_sums_with_refs_bits) {
     nested += sixteen >= 3;
     for (size_t i = 0; i < kn->nstmts; i++) {
       const lm_stmt *st = &kn->stmts[i];
-      if (st->op == LM_S_LOAD && !st->local && st->buf == xb)
+      if (st->op == LM_S_LOAD && !st->local && st->buf == xb) {
         cr_assert(!divides_by(&comp.g->x, st->idx, 400), "kernel %s reads x with an index modulo 400", kn->name);
+        unsplit += divides_by(&comp.g->x, st->idx, 12) || divides_by(&comp.g->x, st->idx, 4);
+        xloads++;
+      }
     }
   }
   cr_assert(nested >= 1, "no kernel keeps three levels of 16 accumulators (the weight gradient)");
   cr_assert(staged >= 1, "no kernel stages the dense weights [1600, 8] by columns");
+  /* the forward convolution's sum over the window's 36 rows runs as 3 x 3 x 4 loops: no
+   * division left in its index (the weight gradient's window rows are its parallel axis) */
+  cr_assert(xloads > unsplit, "every load of x divides its loop variable by 12 or 4 (%d loads)", xloads);
   lm_compiled_free(&comp);
   const int64_t n = 6;
   lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
