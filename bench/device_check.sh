@@ -4,7 +4,8 @@
 # device suite with cuda as the device under test; it fails here, rather than skipping, if the GPU
 # does not answer), prints the rollout kernels' registers and spills for the device's own sm_XX,
 # trains every env briefly on the cuda backend, searches CartPole's programs on the GPU (15 s a
-# program), runs the search benchmark on the GPU, runs rlbench --quick, and prints a short table
+# program), runs the search benchmark on the GPU, trains CartPole with 2 ranks on the one GPU
+# (mpirun, when the machine has one; docs/SCALE.md), runs rlbench --quick, and prints a short table
 # last. Every step has a time-out and the whole run stays under DEADLINE seconds (default 540).
 #
 #   bash bench/device_check.sh                 # build in build-device/, logs in $OUT or build-device/check
@@ -156,6 +157,23 @@ fi
 # search) vs the searched one, for the 256^3 matmul, the PPO update and a rollout step.
 if step search_bench 150 "$BUILD/rlbench" --only search --quick --search-device cuda; then
   ROWS[-1]="${ROWS[-1]}$(awk '/^  (matmul|ppo|rollout)/ { for (i = 3; i <= NF; i++) if ($i ~ /^[0-9.]+x$/) { printf "%s %s %s; ", $1, $2, $i; break } }' "$LOGS/search_bench.log" 2>/dev/null)"
+fi
+
+# ---------------------------------------------------------------- 2 ranks on the one GPU (docs/SCALE.md)
+# Data-parallel PPO: two ranks share the GPU (an H200 hosts both), gradients summed in rank order.
+MPIRUN=$(command -v mpirun || true)
+if [ -z "$MPIRUN" ]; then
+  ROWS+=("$(printf '%-30s %-8s %6s  %s' train_2_ranks skipped - "no mpirun on this machine (openmpi-bin)")")
+else
+  rm -rf "$LOGS/train-2-ranks"
+  if step train_2_ranks 90 "$MPIRUN" --oversubscribe --allow-run-as-root -np 2 "$BUILD/rltrain" cartpole --device cuda \
+    --envs 512 --total-steps 1048576 --no-stop --quiet --dist-timeout 60 --out "$LOGS/train-2-ranks"; then
+    json=$(cat "$LOGS/train-2-ranks/summary.json" 2>/dev/null || true)
+    steps=$(field env_steps)
+    wall=$(field wall_s)
+    sps=$(awk -v s="${steps:-0}" -v w="${wall:-0}" 'BEGIN { if (w > 0) printf "%.0f", s / w }')
+    ROWS[-1]="${ROWS[-1]}device $(field device): ${steps:-?} steps, ${sps:-?} steps/s, mean return $(field mean_return)"
+  fi
 fi
 
 # ---------------------------------------------------------------- rlbench (cpu baselines of this host)

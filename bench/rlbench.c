@@ -2302,6 +2302,120 @@ static int bench_search(const opts *o) {
   return rc;
 }
 
+
+/* ================================================================ scale: data-parallel training */
+
+/* Training steps/s of CartPole at K = 1 (rank 0 alone, the others waiting) and at K = every rank
+ * of the mpirun, with the same work per rank (N envs x T steps, the same PPO settings), and the
+ * efficiency steps/s(K) / (K x steps/s(1)). Counts bound the work: one warm-up iteration, then
+ * `reps` timed ones. Outside mpirun it says how to run it. */
+static double train_iterations(lm_trainer *t, int iters, int *failed) {
+  lm_iter_stats st;
+  double t0 = now_s();
+  for (int i = 0; i < iters && !*failed; i++)
+    if (lm_trainer_iterate(t, &st) != LM_OK) {
+      fprintf(stderr, "rlbench: scale: %s\n", lm_last_error());
+      *failed = 1;
+    }
+  return now_s() - t0;
+}
+
+static int bench_scale(const opts *o) {
+  const lm_env_spec *env = lm_env_find("cartpole");
+  lm_ppo_config c = lm_ppo_defaults(env);
+  c.n_envs = o->quick ? 32 : 64;
+  c.horizon = o->quick ? 64 : 128;
+  c.total_steps = (int64_t)1 << 40; /* a learning rate that stays put over the timed iterations */
+  int iters = o->quick ? 3 : 5;
+  say("\n== scale: data-parallel PPO training steps/s, CartPole, %lld envs x %lld steps per rank, %d epochs x %d "
+      "minibatches; %d timed iterations ==\n",
+      (long long)c.n_envs, (long long)c.horizon, c.epochs, c.minibatches, iters);
+  if (!lm_dist_launched()) {
+    say("  not under mpirun: `LUMEN_THREADS=1 mpirun -np K rlbench --only scale` measures K = 1 and K\n");
+    return 0;
+  }
+  lm_dist_t *d = lm_dist_open(900);
+  if (!d) {
+    fprintf(stderr, "rlbench: scale: %s\n", lm_last_error());
+    return 1;
+  }
+  int K = lm_dist_size(d), rank = lm_dist_rank(d), failed = 0;
+  char why[1024];
+  lm_backend_t *b = lm_backend_open("auto", why, sizeof why);
+  if (!b) {
+    fprintf(stderr, "rlbench: scale: rank %d: %s\n", rank, lm_last_error());
+    lm_dist_abort(d, 1);
+  }
+  const char *thr = getenv("LUMEN_THREADS");
+  say("  %d ranks (%s) on %s; LUMEN_THREADS=%s per rank\n", K, lm_dist_library(d), lm_backend_name(b),
+      thr && *thr ? thr : "(every CPU: set it to CPUs / ranks)");
+  double sps1 = 0, spsK = 0, dt;
+  double steps = (double)iters * (double)(c.n_envs * c.horizon);
+  if (rank == 0) { /* K = 1: one process, the one-graph update */
+    lm_trainer *t = lm_trainer_new(b, env, &c);
+    if (!t) fprintf(stderr, "rlbench: scale: %s\n", lm_last_error()), failed = 1;
+    else {
+      train_iterations(t, 1, &failed);
+      dt = train_iterations(t, iters, &failed);
+      sps1 = steps / dt;
+      lm_trainer_free(t);
+    }
+  }
+  size_t weights = 0;
+  int kernels = 0;
+  double sum_us = 0;
+  if (lm_dist_agree(d, !failed, "K = 1 failed") != LM_OK) failed = 1;
+  if (!failed && K > 1) {
+    lm_trainer *t = lm_trainer_new_dist(b, env, &c, d);
+    if (!t) fprintf(stderr, "rlbench: scale: rank %d: %s\n", rank, lm_last_error()), lm_dist_abort(d, 1);
+    const lm_policy *pol = lm_rollout_policy(lm_trainer_rollout(t));
+    for (int i = 0; i < pol->nparams; i++) weights += lm_policy_param_size(pol, i);
+    kernels = lm_trainer_kernels_per_iteration(t);
+    train_iterations(t, 1, &failed);
+    if (lm_dist_agree(d, !failed, "warm-up failed") != LM_OK) failed = 1; /* start the clock together */
+    dt = train_iterations(t, iters, &failed);
+    if (lm_dist_agree(d, !failed, "timed iterations failed") != LM_OK) failed = 1;
+    double mine = dt, all[64] = {0};
+    if (!failed && K <= 64 && lm_dist_allgather(d, &mine, sizeof mine, all, "times") == LM_OK)
+      for (int r = 0; r < K; r++) dt = all[r] > dt ? all[r] : dt; /* the slowest rank's */
+    spsK = (double)K * steps / dt;
+    /* what one minibatch's exchange costs alone: the gradient vector's rank-ordered sum, 200 times */
+    float *g = calloc(weights ? weights : 1, sizeof *g);
+    double s0 = now_s();
+    for (int i = 0; i < 200 && g && !failed; i++)
+      if (lm_dist_sum_f32(d, g, weights, "gradients") != LM_OK) failed = 1;
+    sum_us = (now_s() - s0) / 200 * 1e6;
+    free(g);
+    lm_trainer_free(t);
+  }
+  if (!failed) {
+    say("  %-28s %14s %12s\n", "ranks", "steps/s", "efficiency");
+    say("  %-28s %14.0f %12s\n", "K = 1 (one process)", sps1, "1.00");
+    record *r = rec_new("scale", "K=1");
+    rec_num(r, "ranks", 1);
+    rec_num(r, "steps_per_s", sps1);
+    if (K > 1) {
+      char name[64];
+      snprintf(name, sizeof name, "K = %d (data-parallel)", K);
+      double eff = spsK / ((double)K * sps1);
+      say("  %-28s %14.0f %12.2f\n", name, spsK, eff);
+      say("  gradients crossing ranks: %zu floats (%zu bytes) per minibatch from every rank, %d minibatches an "
+          "iteration; %d kernels per iteration per rank\n",
+          weights, weights * sizeof(float), c.epochs * c.minibatches, kernels);
+      say("  one exchange and rank-ordered sum of them alone: %.1f us (mean of 200)\n", sum_us);
+      r = rec_new("scale", "K");
+      rec_num(r, "ranks", K);
+      rec_num(r, "steps_per_s", spsK);
+      rec_num(r, "efficiency", eff);
+      rec_num(r, "gradient_bytes", (double)(weights * sizeof(float)));
+      rec_num(r, "exchange_us", sum_us);
+    }
+  }
+  lm_backend_free(b);
+  lm_dist_close(d);
+  return failed;
+}
+
 /* ================================================================ the table of benchmarks */
 
 typedef struct bench {
@@ -2322,6 +2436,8 @@ static const bench benches[] = {
     {"busy", "PPO training beside a spinning process per CPU: default threads vs 1 (issue 24: at most 1.5x)",
      bench_busy},
     {"search", "default schedule vs e-graph search winners: 256^3 matmul, PPO update, rollout step", bench_search},
+    {"scale", "data-parallel PPO under mpirun: training steps/s at K = 1 and K ranks, same work per rank; efficiency",
+     bench_scale},
 };
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 
@@ -2588,6 +2704,13 @@ int main(int argc, char **argv) {
   o.horizon = horizon ? horizon : o.quick ? 32 : 128;
   if (!o.rollout_envs) o.rollout_envs = o.quick ? "cartpole" : "cartpole,acrobot,pendulum";
   if (o.json && !strcmp(o.json, "-")) table_out = stderr;
+  const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (!mpi_rank) mpi_rank = getenv("PMIX_RANK");
+  if (!mpi_rank) mpi_rank = getenv("PMI_RANK");
+  if (mpi_rank && strcmp(mpi_rank, "0")) { /* under mpirun, rank 0 speaks for the run */
+    table_out = fopen("/dev/null", "w");
+    o.json = NULL;
+  }
   if (!any_only)
     for (size_t i = 0; i < NBENCHES; i++) selected[i] = 1;
   const char *env_thr = getenv("LUMEN_THREADS");

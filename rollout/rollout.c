@@ -1,10 +1,13 @@
 /* rollout/rollout.c — the fused rollout scan, its reset program, the host-stepped baseline
- * (policy on the device, scalar reference env on the host) and episode statistics. */
+ * (policy on the device, scalar reference env on the host) and episode statistics. A rollout
+ * may be one part of a larger batch (one rank of several): its envs are envs first .. first+N-1
+ * of all_envs, and every random stream is keyed by the global env index. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "compiler/core.h"
+#include "compiler/graph-impl.h"
 #include "lumen/ops.h"
 #include "lumen/rand.h"
 #include "lumen/rollout.h"
@@ -14,6 +17,7 @@ struct lm_rollout {
   lm_policy policy;
   lm_stepper stepper;
   int64_t n, T;
+  int64_t first, all; /* these envs are envs first .. first+n-1 of all (0 and n: the whole batch) */
   lm_backend_t *b;
   lm_program_t *prog;   /* device: the rollout scan; host: holds the trajectory it writes */
   lm_program_t *reset;  /* device: resets env state and statistics */
@@ -74,18 +78,89 @@ fail:
   return NULL;
 }
 
+
+/* ---------------------------------------------------------------- part of a larger batch */
+
+/* An edge reading node `id` reads it through `slice` first: its view chain is copied with the
+ * copy's bottom resting on the slice (remap: old view -> its copy, shared by edges that share a
+ * chain; views from nviews on are copies already). */
+static lm_status rebase(lm_graph_t *g, lm_edge *e, uint32_t id, uint32_t slice, uint32_t *remap, size_t nviews) {
+  if (e->node != id) return LM_OK;
+  uint32_t chain[LM_MAX_RANK * 8], depth = 0, v = e->view;
+  while (v && v < nviews && !remap[v]) {
+    if (depth == LM_COUNTOF(chain)) return lm_fail(LM_ERR_INVALID, "rollout: a view chain of over %zu steps", LM_COUNTOF(chain));
+    chain[depth++] = v;
+    v = g->views[v].parent;
+  }
+  uint32_t below = v && v < nviews ? remap[v] : slice;
+  while (depth) {
+    uint32_t old = chain[--depth];
+    lm_view copy = g->views[old];
+    copy.parent = below;
+    if (!(below = lm_graph_push_view(g, &copy))) return LM_ERR_NOMEM;
+    remap[old] = below;
+  }
+  e->view = below;
+  return LM_OK;
+}
+
+/* RAND draws element i of its shape from counter i, so a draw of shape [N, ...] gives env e the
+ * numbers of row e. For the rollout's envs to be envs first .. first+N-1 of a batch of all_envs,
+ * every RAND whose first axis is the envs becomes a RAND over [env_all, ...] read through a slice
+ * [env_first, env_first + N) on every edge that reads it: the same numbers a one-process run with
+ * env_all envs draws for those rows, and, fused into its consumer, no more draws than before.
+ * env_first and env_all are symbols, so every rank runs the same kernels. */
+static lm_status rand_rows_of_batch(lm_graph_t *g) {
+  lm_dim N = lm_sym(g, "N"), first = lm_sym_min(g, "env_first", 0), all = lm_sym(g, "env_all");
+  lm_expr n_expr = lm_dim_expr(g, N), all_expr = lm_dim_expr(g, all);
+  size_t nnodes = g->nnodes;
+  lm_status st = LM_OK;
+  for (uint32_t id = 1; id < nnodes && st == LM_OK; id++) {
+    lm_node *nd = &g->nodes[id];
+    if (nd->op != LM_OP_RAND || nd->shape.rank < 1 || !lm_x_prove_eq(&g->x, nd->shape.dim[0], n_expr)) continue;
+    lm_shape old = nd->shape;
+    nd->shape.dim[0] = all_expr;
+    lm_tensor sl = lm_slice((lm_tensor){g, id, 0}, 0, first, lm_dim_add(g, first, N));
+    if (!lm_tensor_ok(sl)) {
+      st = lm_fail(LM_ERR_INVALID, "rollout: cannot read rows of a batch-wide RAND: %s", g->errmsg ? g->errmsg : "?");
+      break;
+    }
+    g->views[sl.view].shape = old; /* [N, ...], exactly the shape the readers saw */
+    size_t nviews = g->nviews;
+    uint32_t *remap = lm_calloc(nviews + 1, sizeof *remap); /* old view -> its copy over the slice (0: none yet) */
+    if (!remap) return LM_ERR_NOMEM;
+    for (uint32_t c = 1; c < g->nnodes && st == LM_OK; c++)
+      for (int k = 0; k < g->nodes[c].nsrc && st == LM_OK; k++) st = rebase(g, &g->nodes[c].src[k], id, sl.view, remap, nviews);
+    for (size_t o = 0; o < g->noutputs && st == LM_OK; o++) st = rebase(g, &g->outputs[o].src, id, sl.view, remap, nviews);
+    for (size_t q = 0; q < g->nassigns && st == LM_OK; q++) st = rebase(g, &g->assigns[q].src, id, sl.view, remap, nviews);
+    lm_free(remap);
+  }
+  return st == LM_OK ? lm_graph_validate(g) : st;
+}
+
+/* A program of the rollout learns where its envs sit in the batch. */
+static lm_status bind_part(const lm_rollout *r, lm_program_t *p) {
+  if (r->first == 0 && r->all == r->n) return LM_OK;
+  lm_status st = lm_program_bind(p, "env_first", r->first);
+  return st == LM_OK ? lm_program_bind(p, "env_all", r->all) : st;
+}
+
+static int is_part(const lm_rollout *r) { return !(r->first == 0 && r->all == r->n); }
+
 static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
   const lm_env_spec *env = r->env;
   lm_graph_t *g = lm_rollout_step_graph(env, cfg, &r->policy);
   lm_status st = LM_OK;
   lm_dim N;
   if (!g) return LM_ERR_INVALID;
+  if (is_part(r) && (st = rand_rows_of_batch(g)) != LM_OK) goto done;
   r->prog = lm_program_new_scan(r->b, g, "T", 0, NULL, 0);
   if (!r->prog) {
     st = LM_ERR_INVALID;
     goto done;
   }
-  if ((st = lm_program_bind(r->prog, "N", r->n)) != LM_OK || (st = lm_program_bind(r->prog, "T", r->T)) != LM_OK)
+  if ((st = lm_program_bind(r->prog, "N", r->n)) != LM_OK || (st = lm_program_bind(r->prog, "T", r->T)) != LM_OK ||
+      (st = bind_part(r, r->prog)) != LM_OK)
     goto done;
   lm_graph_free(g);
   /* the reset program: fresh env state, t = 0, zero statistics (all linked to the rollout) */
@@ -99,8 +174,10 @@ static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
     lm_tensor sv = state_input(g, stat_names[i], N, 0);
     lm_assign(sv, lm_full(g, 0.0f, 1, &N));
   }
+  if (is_part(r) && (st = rand_rows_of_batch(g)) != LM_OK) goto done;
   r->reset = lm_program_new(r->b, g);
   st = r->reset ? lm_program_bind(r->reset, "N", r->n) : LM_ERR_INVALID;
+  if (st == LM_OK) st = bind_part(r, r->reset);
   if (st == LM_OK) st = lm_program_link(r->reset, "env.state", r->prog, "env.state");
   if (st == LM_OK) st = lm_program_link(r->reset, "env.t", r->prog, "env.t");
   for (int i = 0; i < 5 && st == LM_OK; i++) st = lm_program_link(r->reset, stat_names[i], r->prog, stat_names[i]);
@@ -123,8 +200,10 @@ static lm_status build_host(lm_rollout *r, const lm_policy_config *cfg) {
   if (st == LM_OK) st = lm_output(action, "action");
   if (st == LM_OK) st = lm_output(logp, "logp");
   if (st == LM_OK) st = lm_output(po.value, "value");
+  if (st == LM_OK && is_part(r)) st = rand_rows_of_batch(g);
   if (st == LM_OK && !(r->pol = lm_program_new(r->b, g))) st = LM_ERR_INVALID;
   if (st == LM_OK) st = lm_program_bind(r->pol, "N", r->n);
+  if (st == LM_OK) st = bind_part(r, r->pol);
   lm_graph_free(g);
   if (st != LM_OK) return st;
   /* the holder of the trajectory: data inputs the trainer links to; the policy's parameters
@@ -158,6 +237,11 @@ static lm_status build_host(lm_rollout *r, const lm_policy_config *cfg) {
 
 lm_rollout *lm_rollout_new(lm_backend_t *b, const lm_env_spec *env, const lm_policy_config *cfg, int64_t n_envs,
                            int64_t horizon, lm_stepper stepper) {
+  return lm_rollout_new_part(b, env, cfg, n_envs, horizon, stepper, 0, n_envs);
+}
+
+lm_rollout *lm_rollout_new_part(lm_backend_t *b, const lm_env_spec *env, const lm_policy_config *cfg, int64_t n_envs,
+                                int64_t horizon, lm_stepper stepper, int64_t first_env, int64_t all_envs) {
   if (!b || !env || !cfg) {
     lm_fail(LM_ERR_INVALID, "rollout: missing backend, env or policy config");
     return NULL;
@@ -165,6 +249,11 @@ lm_rollout *lm_rollout_new(lm_backend_t *b, const lm_env_spec *env, const lm_pol
   if (n_envs < 1 || horizon < 1) {
     lm_fail(LM_ERR_INVALID, "rollout: need at least one env and one step (got %lld envs, %lld steps)",
             (long long)n_envs, (long long)horizon);
+    return NULL;
+  }
+  if (first_env < 0 || all_envs < n_envs || first_env > all_envs - n_envs) {
+    lm_fail(LM_ERR_INVALID, "rollout: envs %lld .. %lld are not within a batch of %lld envs", (long long)first_env,
+            (long long)(first_env + n_envs - 1), (long long)all_envs);
     return NULL;
   }
   if (lm_env_validate(env) != LM_OK) return NULL;
@@ -179,6 +268,8 @@ lm_rollout *lm_rollout_new(lm_backend_t *b, const lm_env_spec *env, const lm_pol
   r->b = b;
   r->n = n_envs;
   r->T = horizon;
+  r->first = first_env;
+  r->all = all_envs;
   r->stepper = stepper;
   lm_status st = stepper == LM_STEPPER_HOST ? build_host(r, cfg) : build_device(r, cfg);
   if (st != LM_OK) {
@@ -227,7 +318,7 @@ lm_status lm_rollout_reset(lm_rollout *r, uint64_t seed) {
   lm_program_set_seed(r->pol, seed);
   const lm_env_spec *env = r->env;
   for (int64_t e = 0; e < r->n; e++) {
-    env->ref_reset(r->state + e * env->state_size, seed ^ 0x5eed5eed5eed5eedull, (uint64_t)e, 0);
+    env->ref_reset(r->state + e * env->state_size, seed ^ 0x5eed5eed5eed5eedull, (uint64_t)(r->first + e), 0);
     r->t[e] = r->ep_ret[e] = r->ep_len[e] = 0;
   }
   r->sum_ret = r->sum_len = r->count = 0;
@@ -258,7 +349,7 @@ static lm_status run_host(lm_rollout *r) {
       for (size_t k = 0; k < aw; k++) act[k] = action[e * aw + k];
       if (env->action.kind == LM_SPACE_DISCRETE) /* the vec env's action set and sticky actions */
         act[0] = lm_env_ref_action(env, act[0], &r->last[e],
-                                   env->sticky > 0 ? lm_rand_uniform(r->seed, LM_ENV_STREAM_STICKY, (uint64_t)e, step_run)
+                                   env->sticky > 0 ? lm_rand_uniform(r->seed, LM_ENV_STREAM_STICKY, (uint64_t)r->first + e, step_run)
                                                    : 1.0f); /* a Philox block per step only where it is read */
       int terminated = 0;
       rew[e] = env->ref_step(s, act, &terminated);
@@ -274,7 +365,7 @@ static lm_status run_host(lm_rollout *r) {
         r->count += 1;
         r->ep_ret[e] = r->ep_len[e] = 0;
         r->t[e] = 0;
-        env->ref_reset(s, r->seed, e, step_run);
+        env->ref_reset(s, r->seed, (uint64_t)r->first + e, step_run);
       }
     }
   }
@@ -288,7 +379,7 @@ static lm_status run_host(lm_rollout *r) {
 
 lm_status lm_rollout_run(lm_rollout *r) { return r->stepper == LM_STEPPER_HOST ? run_host(r) : lm_program_run(r->prog); }
 
-lm_status lm_rollout_take_stats(lm_rollout *r, double *episodes, double *mean_return, double *mean_length) {
+lm_status lm_rollout_take_sums(lm_rollout *r, double *episodes, double *sum_return, double *sum_length) {
   double sr = 0, sl = 0, c = 0;
   if (r->stepper == LM_STEPPER_HOST) {
     sr = r->sum_ret, sl = r->sum_len, c = r->count;
@@ -305,12 +396,24 @@ lm_status lm_rollout_take_stats(lm_rollout *r, double *episodes, double *mean_re
     if (st != LM_OK) return st;
   }
   *episodes = c;
+  *sum_return = sr;
+  *sum_length = sl;
+  return LM_OK;
+}
+
+lm_status lm_rollout_take_stats(lm_rollout *r, double *episodes, double *mean_return, double *mean_length) {
+  double c = 0, sr = 0, sl = 0;
+  lm_status st = lm_rollout_take_sums(r, &c, &sr, &sl);
+  if (st != LM_OK) return st;
+  *episodes = c;
   *mean_return = c > 0 ? sr / c : 0;
   *mean_length = c > 0 ? sl / c : 0;
   return LM_OK;
 }
 
 /* ---------------------------------------------------------------- checkpoint state */
+
+int lm_rollout_state_per_env(const char *name) { return strcmp(name, "ep.sums") && strcmp(name, "rollout.seed"); }
 
 static const char *const host_names[6] = {"env.state", "env.t", "ep.ret", "ep.len", "ep.sums", "rollout.seed"};
 

@@ -3,7 +3,9 @@
  * episode counters), then an FNV-1a checksum of everything before it: a check against
  * corruption and truncation, not a signature (anyone can recompute it), so every field read is
  * range-checked as if the file were crafted. Written to a temp file and renamed, so a crash
- * never leaves a half-written checkpoint. */
+ * never leaves a half-written checkpoint. A data-parallel run's checkpoint is the whole run's: the
+ * env count of all ranks, every env's state in rank order (gathered from the ranks, written by rank
+ * 0), so it resumes at any number of ranks that divides the env count. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -22,25 +24,34 @@ static const char magic[8] = {'L', 'U', 'M', 'E', 'N', 'C', 'K', 'P'};
 
 /* Internal access the trainer grants the checkpoint code. */
 lm_program_t *lm_trainer_update_program(lm_trainer *t);
+lm_program_t *lm_trainer_adam_program(lm_trainer *t);
 void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle);
 const lm_env_spec *lm_trainer_env(const lm_trainer *t);
 lm_recent *lm_trainer_recent_mut(lm_trainer *t);
 
 typedef struct array {
   char name[64];
-  size_t count;
-  int rollout; /* lives in the rollout (else the update program) */
+  size_t count;          /* this rank's */
+  lm_program_t *prog;    /* the program holding it, NULL: the rollout */
+  int per_env;           /* a row per env: the file holds every rank's rows, count * ranks */
 } array;
 
+/* The weights and optimiser state, in the order the one-graph update declares them (the split
+ * update declares the same names in the same order across its two programs), then the rollout's. */
 static int list_arrays(lm_trainer *t, array *a) {
   int n = 0;
-  lm_program_t *u = lm_trainer_update_program(t);
-  for (int i = 0; i < lm_program_input_count(u) && n < MAX_ARRAYS; i++) {
-    lm_role r = lm_program_input_role(u, i);
-    if (r != LM_ROLE_PARAM && r != LM_ROLE_STATE) continue;
-    snprintf(a[n].name, sizeof a[n].name, "%s", lm_program_input_name(u, i));
-    if (lm_program_numel(u, a[n].name, &a[n].count) != LM_OK) return -1;
-    a[n++].rollout = 0;
+  lm_program_t *progs[2] = {lm_trainer_update_program(t), lm_trainer_adam_program(t)};
+  for (int q = 0; q < 2 && progs[q]; q++) {
+    lm_program_t *u = progs[q];
+    for (int i = 0; i < lm_program_input_count(u) && n < MAX_ARRAYS; i++) {
+      lm_role r = lm_program_input_role(u, i);
+      if (r != LM_ROLE_PARAM && r != LM_ROLE_STATE) continue;
+      if (q == 1 && r == LM_ROLE_PARAM) continue; /* the gradient graph's, linked */
+      snprintf(a[n].name, sizeof a[n].name, "%s", lm_program_input_name(u, i));
+      if (lm_program_numel(u, a[n].name, &a[n].count) != LM_OK) return -1;
+      a[n].prog = u;
+      a[n++].per_env = 0;
+    }
   }
   const char *names[16];
   size_t counts[16];
@@ -48,10 +59,13 @@ static int list_arrays(lm_trainer *t, array *a) {
   for (int i = 0; i < k && n < MAX_ARRAYS; i++, n++) {
     snprintf(a[n].name, sizeof a[n].name, "%s", names[i]);
     a[n].count = counts[i];
-    a[n].rollout = 1;
+    a[n].prog = NULL;
+    a[n].per_env = lm_rollout_state_per_env(names[i]);
   }
   return n;
 }
+
+static int ranks_of(lm_trainer *t) { return lm_dist_size(lm_trainer_dist(t)); }
 
 static void put(lm_sb *b, const void *data, size_t n) {
   /* the string builder holds binary too: append byte by byte through a growing buffer */
@@ -71,7 +85,11 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path) {
   uint64_t *shuffle;
   lm_trainer_counters(t, &iter, &steps, &shuffle);
   char cfgtext[2048];
-  lm_ppo_config_print(lm_trainer_config(t), cfgtext, sizeof cfgtext);
+  lm_dist_t *dist = lm_trainer_dist(t);
+  int K = ranks_of(t), rank = lm_dist_rank(dist);
+  lm_ppo_config whole = *lm_trainer_config(t);
+  whole.n_envs *= K; /* the run's envs, all ranks' */
+  lm_ppo_config_print(&whole, cfgtext, sizeof cfgtext);
   lm_sb head = {0};
   lm_sb_printf(&head, "env = %s\n%siteration = %lld\nenv_steps = %lld\nshuffle = %llu\nrollout_run = %llu\n",
                lm_trainer_env(t)->name, cfgtext, (long long)*iter, (long long)*steps, (unsigned long long)*shuffle,
@@ -96,24 +114,30 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path) {
   lm_status st = LM_OK;
   for (int i = 0; i < n && st == LM_OK; i++) {
     uint16_t len = (uint16_t)strlen(a[i].name);
-    uint64_t c = a[i].count;
-    float *buf = lm_malloc((a[i].count ? a[i].count : 1) * sizeof *buf);
+    int whole_rows = a[i].per_env && K > 1;
+    uint64_t c = whole_rows ? a[i].count * (uint64_t)K : a[i].count;
+    float *buf = lm_malloc((a[i].count ? a[i].count : 1) * sizeof *buf), *all = NULL;
     if (!buf) {
       st = LM_ERR_NOMEM;
       break;
     }
-    st = a[i].rollout ? lm_rollout_state_read(lm_trainer_rollout(t), a[i].name, buf, a[i].count)
-                      : lm_program_read(lm_trainer_update_program(t), a[i].name, buf, a[i].count);
+    st = !a[i].prog ? lm_rollout_state_read(lm_trainer_rollout(t), a[i].name, buf, a[i].count)
+                    : lm_program_read(a[i].prog, a[i].name, buf, a[i].count);
+    if (whole_rows && st == LM_OK) { /* every rank's rows, in rank order (every rank takes part) */
+      if (!(all = lm_malloc((size_t)c * sizeof *all))) st = LM_ERR_NOMEM;
+      else st = lm_dist_allgather(dist, buf, a[i].count * sizeof *buf, all, "checkpoint");
+    }
     put(&out, &len, 2);
     put(&out, a[i].name, len);
     put(&out, &c, 8);
-    put(&out, buf, a[i].count * sizeof *buf);
+    put(&out, all ? all : buf, (size_t)c * sizeof *buf);
+    lm_free(all);
     lm_free(buf);
   }
   uint64_t sum = lm_hash_bytes(out.s, out.len, 0);
   put(&out, &sum, 8);
   if (st == LM_OK && out.failed) st = LM_ERR_NOMEM;
-  if (st == LM_OK) {
+  if (st == LM_OK && rank == 0) { /* one file for the run: rank 0's */
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
@@ -374,6 +398,14 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   }
   if ((st = parse_config(path, head, &c)) != LM_OK) goto done;
   const lm_ppo_config *mine = lm_trainer_config(t);
+  int K = ranks_of(t), rank = lm_dist_rank(lm_trainer_dist(t));
+  if (K > 1 && c.n_envs != mine->n_envs * K) { /* one process: the shape check below says it */
+    st = lm_fail(LM_ERR_INVALID, "checkpoint %s holds %lld envs, this run %d x %lld: resume with a number of ranks "
+                                 "that divides %lld", path, (long long)c.n_envs, K, (long long)mine->n_envs,
+                 (long long)c.n_envs);
+    goto done;
+  }
+  if (K > 1) c.n_envs = mine->n_envs; /* this rank's part */
   if (strcmp(v, lm_trainer_env(t)->name)) {
     st = lm_fail(LM_ERR_INVALID, "checkpoint %s is for env %s, not %s", path, v, lm_trainer_env(t)->name);
     goto done;
@@ -408,19 +440,22 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
       break;
     }
     name[len] = 0;
-    if (strcmp(name, a[i].name) || !take(&r, &cnt, 8) || cnt != a[i].count || r.n - r.at < cnt * sizeof(float)) {
-      st = lm_fail(LM_ERR_INVALID, "checkpoint %s: array %s does not match the trainer's %s (%zu elements)", path, name,
-                   a[i].name, a[i].count);
+    uint64_t want = a[i].per_env ? a[i].count * (uint64_t)K : a[i].count;
+    if (strcmp(name, a[i].name) || !take(&r, &cnt, 8) || cnt != want || r.n - r.at < cnt * sizeof(float)) {
+      st = lm_fail(LM_ERR_INVALID, "checkpoint %s: array %s does not match the trainer's %s (%llu elements)", path, name,
+                   a[i].name, (unsigned long long)want);
       break;
     }
-    const float *src = (const float *)(const void *)(r.p + r.at); /* may be unaligned: copy */
+    /* this rank's rows of a per-env array; may be unaligned: copy */
+    const float *src = (const float *)(const void *)(r.p + r.at + (a[i].per_env ? (size_t)rank * a[i].count * sizeof(float) : 0));
+    r.at += cnt * sizeof(float);
+    cnt = a[i].count;
     float *buf = lm_malloc((cnt ? cnt : 1) * sizeof *buf);
     if (!buf) {
       st = LM_ERR_NOMEM;
       break;
     }
     memcpy(buf, src, cnt * sizeof *buf);
-    r.at += cnt * sizeof *buf;
     for (uint64_t e = 0; e < cnt; e++)
       if (!isfinite(buf[e])) {
         st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: array %s holds a non-finite value (%g at element %llu)", path,
@@ -431,8 +466,8 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
       lm_free(buf);
       break;
     }
-    st = a[i].rollout ? lm_rollout_state_write(lm_trainer_rollout(t), name, buf, cnt)
-                      : lm_program_write(lm_trainer_update_program(t), name, buf, cnt);
+    st = !a[i].prog ? lm_rollout_state_write(lm_trainer_rollout(t), name, buf, cnt)
+                    : lm_program_write(a[i].prog, name, buf, cnt);
     lm_free(buf);
   }
   if (st != LM_OK) goto done;
@@ -443,10 +478,10 @@ lm_status lm_trainer_load(lm_trainer *t, const char *path) {
   uint64_t sh, run;
   if (!field(head, "iteration", v, sizeof v) || !lm_parse_i64(v, 0, (long long)1 << 50, &it)) goto bad;
   if (!field(head, "env_steps", v, sizeof v) || !lm_parse_i64(v, 0, (long long)1 << 62, &es)) goto bad;
-  long long rows = (long long)(c.n_envs * c.horizon); /* at most 2^28 (lm_ppo_config_check) */
+  long long rows = (long long)(c.n_envs * K * c.horizon); /* the run's; at most 2^28 x ranks */
   if (it > ((long long)1 << 62) / rows || es != it * rows) { /* each iteration steps every env `steps` times */
     st = lm_fail(LM_ERR_CORRUPT, "checkpoint %s: env_steps = %lld does not match %lld iterations of %lld envs x %lld steps",
-                 path, es, it, (long long)c.n_envs, (long long)c.horizon);
+                 path, es, it, (long long)c.n_envs * K, (long long)c.horizon);
     goto done;
   }
   if (!field(head, "shuffle", v, sizeof v) || !lm_parse_u64(v, &sh)) goto bad;

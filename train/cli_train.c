@@ -1,6 +1,8 @@
 /* train/cli_train.c — `rltrain ENV [options]` (PPO training with progress, log.csv,
  * summary.json, checkpoints and --resume) and `rltrain eval CKPT` (greedy and sampled
- * returns). These print; the library they drive does not. */
+ * returns). These print; the library they drive does not. Under mpirun every rank runs this
+ * (lumen/dist.h): rank 0 alone prints and writes the run directory, and a rank that fails ends the
+ * job on every rank. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -45,6 +47,9 @@ static void train_usage(FILE *out) {
         "                      device (cpu, opencl, cuda; 0 = the default schedule); winners\n"
         "                      are cached, so a rerun does no search\n"
         "  --quiet             no per-iteration output\n"
+        "  --dist-timeout S    under mpirun: seconds a rank waits for the others in a collective\n"
+        "                      before it names the ranks it has not heard from and ends the job\n"
+        "                      (default 120, or LUMEN_DIST_TIMEOUT); --envs is per rank\n"
         "  --config FILE       settings as key = value lines (the names in DIR/settings.txt:\n"
         "                      envs, steps, lr, hidden, ...); options beside it override it\n"
         "  --env K=V,...       env parameters, for every env: time_limit=STEPS, and for\n"
@@ -238,7 +243,8 @@ static int resume_conflicts(const lm_ppo_config *want, const lm_ppo_config *save
   return bad;
 }
 
-int lm_cli_train(const char *env_name, int argc, char **argv) {
+static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d) {
+  int K = lm_dist_size(d), rank = lm_dist_rank(d), lead = rank == 0;
   const lm_env_spec *env = lm_env_find(env_name);
   if (!env) {
     fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
@@ -320,7 +326,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       GIVEN(num[k].key);
       continue;
     }
-    if (!strcmp(o, "--config") || !strcmp(o, "--env")) continue; /* applied above */
+    if (!strcmp(o, "--config") || !strcmp(o, "--env") || !strcmp(o, "--dist-timeout")) continue; /* applied above */
     if (!strcmp(o, "--device")) device = a;
     else if (!strcmp(o, "--out")) {
       if (!lm_cli_path(o, a)) return LM_CLI_USAGE;
@@ -361,6 +367,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     else return bad("unknown option %s", o);
   }
 #undef GIVEN
+  if (!lead) quiet = 1, view = 0; /* rank 0 speaks for the run */
   if (!resume && lm_ppo_config_check(&cfg) != LM_OK) {
     fprintf(stderr, "rltrain: %s (see rltrain %s --help)\n", lm_last_error(), env->name);
     return LM_CLI_USAGE;
@@ -393,6 +400,12 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
       return LM_CLI_USAGE;
     }
     env = run_env;
+    if (saved.n_envs % K) {
+      fprintf(stderr, "rltrain: cannot resume: %s holds %lld envs, which %d ranks cannot share evenly (use a number "
+                      "of ranks that divides %lld)\n", resume, (long long)saved.n_envs, K, (long long)saved.n_envs);
+      return LM_CLI_USAGE;
+    }
+    saved.n_envs /= K; /* the checkpoint holds the whole run's envs; --envs is per rank */
     /* the run's own settings; the command line may set only the step budget */
     if (resume_conflicts(&cfg, &saved, given, ngiven, resume)) return LM_CLI_USAGE;
     int64_t total = cfg.total_steps;
@@ -435,6 +448,16 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     snprintf(dir, sizeof dir, "runs/%s-%s", env->name, stamp);
   }
+  if (K > 1) { /* rank 0's run directory for every rank (their clocks may read another second) */
+    char *all = malloc((size_t)K * sizeof dir);
+    lm_status dst = all ? lm_dist_allgather(d, dir, sizeof dir, all, "run directory") : LM_ERR_NOMEM;
+    if (dst == LM_OK) memcpy(dir, all, sizeof dir);
+    free(all);
+    if (dst != LM_OK) {
+      fprintf(stderr, "rltrain: %s\n", lm_last_error());
+      return 1;
+    }
+  }
   char why[1024];
   lm_backend_t *b = lm_backend_open(device, why, sizeof why);
   if (!b) {
@@ -442,25 +465,36 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     return 1;
   }
   snprintf(path, sizeof path, "%s/checkpoints", dir); /* only once there is a device to train on */
-  if (!mkdirs(path)) {
+  if (lead && !mkdirs(path)) {
     fprintf(stderr, "rltrain: cannot create %s: %s\n", path, strerror(errno));
     lm_backend_free(b);
     return 1;
   }
-  if (!resume) {
+  if (!resume && lead) {
+    lm_ppo_config whole = cfg;
+    whole.n_envs *= K; /* the run's, as its checkpoints hold it */
     snprintf(path, sizeof path, "%s/settings.txt", dir);
-    if (!write_run_settings(path, env, &cfg, stop, every, device)) {
+    if (!write_run_settings(path, env, &whole, stop, every, device)) {
       fprintf(stderr, "rltrain: cannot write %s: %s\n", path, strerror(errno));
       lm_backend_free(b);
       return 1;
     }
   }
   double t_start = now();
-  lm_trainer *t = lm_trainer_new(b, env, &cfg);
+  lm_trainer *t = lm_trainer_new_dist(b, env, &cfg, d);
   if (!t) {
     fprintf(stderr, "rltrain: %s\n", lm_last_error());
     lm_backend_free(b);
     return 1;
+  }
+  if (K > 1) { /* every rank built its programs: a rank that could not says so to all */
+    lm_status ast = lm_dist_agree(d, 1, NULL);
+    if (ast != LM_OK) {
+      fprintf(stderr, "rltrain: %s\n", lm_last_error());
+      lm_trainer_free(t);
+      lm_backend_free(b);
+      return 1;
+    }
   }
   if (resume) {
     snprintf(path, sizeof path, "%s/latest.ckpt", dir);
@@ -476,15 +510,20 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   int tty = isatty(STDOUT_FILENO);
   if (!quiet) {
     printf("rltrain %s on %s (%s); %lld envs x %lld steps per iteration, %lld iterations; compiled in %.2fs\n",
-           env->gym_id ? env->gym_id : env->name, lm_backend_name(b), why, (long long)cfg.n_envs,
+           env->gym_id ? env->gym_id : env->name, lm_backend_name(b), why, (long long)(cfg.n_envs * K),
            (long long)cfg.horizon, (long long)lm_trainer_total_iterations(t), t_ready - t_start);
+    if (K > 1)
+      printf("data-parallel over %d ranks of %lld envs each (%s); collective timeout %g s\n", K, (long long)cfg.n_envs,
+             lm_dist_library(d), lm_dist_timeout(d));
     printf("kernels per iteration: %d; run directory: %s\n", lm_trainer_kernels_per_iteration(t), dir);
   }
-  remove_stale_temps(dir);
-  snprintf(path, sizeof path, "%s/checkpoints", dir);
-  remove_stale_temps(path);
+  if (lead) {
+    remove_stale_temps(dir);
+    snprintf(path, sizeof path, "%s/checkpoints", dir);
+    remove_stale_temps(path);
+  }
   snprintf(path, sizeof path, "%s/log.csv", dir);
-  if (resume && !truncate_log(path, lm_trainer_iterations(t))) {
+  if (lead && resume && !truncate_log(path, lm_trainer_iterations(t))) {
     fprintf(stderr, "rltrain: cannot rewrite %s to the checkpoint's iteration: %s\n", path, strerror(errno));
     lm_trainer_free(t);
     lm_backend_free(b);
@@ -492,7 +531,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   }
   struct stat lsb;
   int have_log = resume && stat(path, &lsb) == 0 && lsb.st_size > 0;
-  FILE *log = fopen(path, have_log ? "a" : "w");
+  FILE *log = fopen(lead ? path : "/dev/null", have_log || !lead ? "a" : "w"); /* rank 0 writes the log */
   if (!log) {
     fprintf(stderr, "rltrain: cannot write %s: %s\n", path, strerror(errno));
     lm_trainer_free(t);
@@ -525,7 +564,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     }
     mean100 = s.recent_return;
     have = s.recent_episodes;
-    double wall = now() - t_ready, sps = (double)(cfg.n_envs * cfg.horizon) / (s.rollout_s + s.update_s);
+    double wall = now() - t_ready, sps = (double)(cfg.n_envs * K * cfg.horizon) / (s.rollout_s + s.update_s);
     log_bad |= fprintf(log, "%lld,%lld,%.3f,%.0f,%.4f,%.2f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.1f\n",
                        (long long)s.iteration, (long long)s.env_steps, wall, s.episodes, s.mean_return, s.mean_length,
                        (double)s.loss, (double)s.pg_loss, (double)s.v_loss, (double)s.entropy, (double)s.approx_kl,
@@ -562,7 +601,7 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
     /* curve.png is drawn from the whole log, so a drawing costs more as the run goes on: redraw
      * when 50 times the last drawing's cost (at least a second) has passed, under 2% of the run;
      * the run's end draws it too (below) */
-    if (now() >= curve_at) {
+    if (lead && now() >= curve_at) {
       double c0 = now();
       lm_plot_curve(logpath, curve, env->gym_id, env->solved_return);
       double cost = now() - c0;
@@ -591,12 +630,12 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   }
   double wall = now() - t_ready;
   if (viewer) lm_viewer_free(viewer);
-  if (lm_plot_curve(logpath, curve, env->gym_id, env->solved_return) != LM_OK && !quiet)
+  if (lead && lm_plot_curve(logpath, curve, env->gym_id, env->solved_return) != LM_OK && !quiet)
     fprintf(stderr, "rltrain: no curve.png: %s\n", lm_last_error());
   if (!quiet && tty) printf("\n");
   snprintf(path, sizeof path, "%s/summary.json", dir);
-  FILE *js = fopen(path, "w");
-  int js_bad = !js;
+  FILE *js = lead ? fopen(path, "w") : NULL;
+  int js_bad = lead && !js;
   if (js) {
     js_bad |= fprintf(js,
             "{\"env\": \"%s\", \"device\": \"%s\", \"env_steps\": %lld, \"wall_s\": %.3f, \"mean_return\": %.4f, "
@@ -617,6 +656,30 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
            solved ? "" : ": not reached");
   lm_trainer_free(t);
   lm_backend_free(b);
+  return rc;
+}
+
+/* Under mpirun (lumen/dist.h) every rank trains its part; outside it, one process, as ever. A rank
+ * that fails ends the job on every rank, after saying why. */
+int lm_cli_train(const char *env_name, int argc, char **argv) {
+  double timeout = 120;
+  const char *given = getenv("LUMEN_DIST_TIMEOUT"), *from = "LUMEN_DIST_TIMEOUT";
+  for (int i = 0; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--dist-timeout")) given = argv[i + 1], from = "--dist-timeout";
+  if (given && *given && !lm_cli_real(from, given, 0.001, 1e6, &timeout)) return LM_CLI_USAGE;
+  if (!lm_dist_launched()) return train_main(env_name, argc, argv, NULL);
+  lm_dist_t *d = lm_dist_open(timeout);
+  if (!d) {
+    fprintf(stderr, "rltrain: %s\n", lm_last_error());
+    return 1;
+  }
+  int rc = train_main(env_name, argc, argv, d);
+  if (rc != 0 && lm_dist_size(d) > 1) {
+    fprintf(stderr, "rltrain: rank %d of %d stops (exit status %d, the reason above); ending the job on every rank\n",
+            lm_dist_rank(d), lm_dist_size(d), rc);
+    lm_dist_abort(d, rc);
+  }
+  lm_dist_close(d);
   return rc;
 }
 

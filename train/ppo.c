@@ -1,6 +1,8 @@
 /* train/ppo.c — the PPO trainer: four programs linked to each other's buffers (rollout,
  * bootstrap prep, GAE reverse scan, minibatch update with autograd and Adam), driven by a
- * host loop that launches them and reads a few scalars per iteration. */
+ * host loop that launches them and reads a few scalars per iteration. One rank of K (lumen/dist.h)
+ * splits the update in two: the gradient graph, then the ranks' gradients summed in rank order,
+ * then the Adam graph, so every rank takes the same step. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 
 #include "compiler/core.h"
 #include "lumen/autograd.h"
+#include "lumen/dist.h"
 #include "lumen/ops.h"
 #include "lumen/optim.h"
 #include "lumen/train.h"
@@ -20,6 +23,11 @@ struct lm_trainer {
   lm_backend_t *b;
   lm_rollout *ro;
   lm_program_t *prep, *gae, *upd;
+  lm_program_t *adam; /* K > 1: the Adam step, after the gradients of every rank are summed; else NULL */
+  lm_dist_t *dist;    /* NULL: one process */
+  int K;              /* ranks (1: one process) */
+  float *grads;       /* K > 1: the gradient vector crossing ranks */
+  size_t nweights;
   lm_policy upol;
   int64_t iter, steps, total_iters, B, M;
   uint64_t shuffle;
@@ -313,6 +321,36 @@ static lm_graph_t *build_gae(const lm_ppo_config *c) {
   return NULL;
 }
 
+static lm_adam_cfg adam_config(const lm_ppo_config *c) {
+  lm_adam_cfg adam = lm_optim_adam_defaults();
+  adam.lr_name = "lr";
+  adam.eps = 1e-5f; /* CleanRL's PPO */
+  adam.max_grad_norm = c->max_grad_norm;
+  return adam;
+}
+
+/* The Adam step of a split update: the parameters (linked to the gradient graph's), the summed
+ * gradients as data "grad.<param>", the same optimiser state as the one-graph update. */
+static lm_graph_t *build_adam(const lm_ppo_config *c, const lm_policy *pol) {
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return NULL;
+  lm_tensor params[LM_POLICY_MAX_PARAMS], grads[LM_POLICY_MAX_PARAMS], gnorm;
+  for (int i = 0; i < pol->nparams; i++) {
+    lm_dim shape[2] = {pol->rows[i], pol->cols[i]};
+    int rank = pol->cols[i] ? 2 : 1;
+    char name[40];
+    snprintf(name, sizeof name, "grad.%s", pol->name[i]);
+    params[i] = lm_input(g, pol->name[i], LM_ROLE_PARAM, rank, shape);
+    grads[i] = lm_input(g, name, LM_ROLE_DATA, rank, shape);
+  }
+  lm_adam_cfg adam = adam_config(c);
+  if (lm_optim_adam(&adam, params, grads, pol->nparams, &gnorm) == LM_OK && lm_output(gnorm, "grad_norm") == LM_OK &&
+      lm_graph_validate(g) == LM_OK)
+    return g;
+  lm_graph_free(g);
+  return NULL;
+}
+
 /* One minibatch: rows (a*(off + i) + b) mod B of the flattened trajectory, i < M. */
 static lm_tensor minibatch(lm_tensor x, lm_dim B, lm_dim M, lm_dim pa, lm_dim pb, lm_dim off) {
   lm_graph_t *g = x.g;
@@ -323,7 +361,8 @@ static lm_tensor minibatch(lm_tensor x, lm_dim B, lm_dim M, lm_dim pa, lm_dim pb
   return lm_slice(shuffled, 0, off, lm_dim_add(g, off, M));
 }
 
-static lm_graph_t *build_update(const lm_env_spec *env, const lm_ppo_config *c, lm_policy *pol) {
+/* split: the gradients are outputs "grad.<param>" and Adam is a graph of its own (build_adam). */
+static lm_graph_t *build_update(const lm_env_spec *env, const lm_ppo_config *c, lm_policy *pol, int split) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N), M = lm_sym(g, "M");
@@ -358,13 +397,19 @@ static lm_graph_t *build_update(const lm_env_spec *env, const lm_ppo_config *c, 
   lm_tensor clipfrac = lm_mean(lm_gt(lm_abs(lm_add_scalar(ratio, -1.0f)), lm_scalar_like(ratio, c->clip_coef)), 0, 0);
   lm_tensor grads[LM_POLICY_MAX_PARAMS], gnorm;
   if (lm_grad(loss, pol->param, pol->nparams, grads) != LM_OK) goto fail;
-  lm_adam_cfg adam = lm_optim_adam_defaults();
-  adam.lr_name = "lr";
-  adam.eps = 1e-5f; /* CleanRL's PPO */
-  adam.max_grad_norm = c->max_grad_norm;
-  if (lm_optim_adam(&adam, pol->param, grads, pol->nparams, &gnorm) != LM_OK) goto fail;
-  lm_tensor outs[7] = {loss, pg_loss, v_loss, ent, kl, clipfrac, gnorm};
-  for (int i = 0; i < 7; i++)
+  lm_tensor outs[7] = {loss, pg_loss, v_loss, ent, kl, clipfrac, {0}};
+  if (split) {
+    for (int i = 0; i < pol->nparams; i++) {
+      char name[40];
+      snprintf(name, sizeof name, "grad.%s", pol->name[i]);
+      if (lm_output(grads[i], name) != LM_OK) goto fail;
+    }
+  } else {
+    lm_adam_cfg adam = adam_config(c);
+    if (lm_optim_adam(&adam, pol->param, grads, pol->nparams, &gnorm) != LM_OK) goto fail;
+    outs[6] = gnorm;
+  }
+  for (int i = 0; i < (split ? 6 : 7); i++)
     if (lm_output(outs[i], upd_outputs[i]) != LM_OK) goto fail;
   return g;
 fail:
@@ -390,7 +435,7 @@ int lm_trainer_graphs(const lm_env_spec *env, const lm_ppo_config *cfg, lm_train
   out[1] = (lm_train_graph){.name = "prep", .g = build_prep(env, cfg)};
   out[2] = (lm_train_graph){.name = "gae", .g = build_gae(cfg), .scan = 1, .reverse = 1, .n_per_step = 4};
   for (int i = 0; i < 4; i++) out[2].per_step[i] = gae_per_step[i];
-  out[3] = (lm_train_graph){.name = "update", .g = build_update(env, cfg, &pol)};
+  out[3] = (lm_train_graph){.name = "update", .g = build_update(env, cfg, &pol, 0)};
   for (int i = 0; i < 4; i++)
     if (!out[i].g) {
       for (int k = 0; k < 4; k++) lm_graph_free(out[k].g);
@@ -439,24 +484,39 @@ static lm_status wire(lm_trainer *t) {
   if ((st = link_all(t->prep, prep_in, 6, ro))) return st;
   const char *gae_in[3] = {"reward_b", "done", "next_value"};
   if ((st = link_all(t->gae, gae_in, 3, t->prep)) || (st = lm_program_link(t->gae, "value", ro, "value"))) return st;
+  if (t->adam && (st = link_params(t->adam, &t->upol, t->upd))) return st;
   return LM_OK;
 }
 
 lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg) {
+  return lm_trainer_new_dist(b, env, cfg, NULL);
+}
+
+lm_trainer *lm_trainer_new_dist(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg, lm_dist_t *dist) {
   lm_trainer *t = lm_calloc(1, sizeof *t);
   if (!t) return NULL;
   t->env = env;
   t->cfg = *cfg;
   t->b = b;
+  t->dist = dist;
+  t->K = dist ? lm_dist_size(dist) : 1;
+  int64_t rank = dist ? lm_dist_rank(dist) : 0;
   lm_status st = LM_ERR_INVALID;
   if (lm_ppo_config_check(cfg) != LM_OK) goto fail;
   t->B = cfg->n_envs * cfg->horizon;
   t->M = t->B / cfg->minibatches;
-  t->total_iters = cfg->total_steps / t->B;
+  t->total_iters = cfg->total_steps / (t->B * t->K);
   if (t->total_iters < 1) t->total_iters = 1;
   t->shuffle = cfg->seed * 0x9e3779b97f4a7c15ull + 1;
-  if (!(t->upd = program_of(build_update(env, cfg, &t->upol), b, 0))) goto fail;
-  if (!(t->ro = lm_rollout_new(b, env, &cfg->policy, cfg->n_envs, cfg->horizon, cfg->stepper))) goto fail;
+  if (!(t->upd = program_of(build_update(env, cfg, &t->upol, t->K > 1), b, 0))) goto fail;
+  if (t->K > 1) {
+    if (!(t->adam = program_of(build_adam(cfg, &t->upol), b, 0))) goto fail;
+    for (int i = 0; i < t->upol.nparams; i++) t->nweights += lm_policy_param_size(&t->upol, i);
+    if (!(t->grads = lm_malloc(t->nweights * sizeof *t->grads))) goto fail;
+  }
+  if (!(t->ro = lm_rollout_new_part(b, env, &cfg->policy, cfg->n_envs, cfg->horizon, cfg->stepper, rank * cfg->n_envs,
+                                    t->K * cfg->n_envs)))
+    goto fail;
   if (!(t->prep = program_of(build_prep(env, cfg), b, 0)) || !(t->gae = program_of(build_gae(cfg), b, 1))) goto fail;
   if ((st = wire(t)) != LM_OK) goto fail;
   if ((st = lm_policy_init(&t->upol, t->upd, cfg->seed)) != LM_OK) goto fail;
@@ -474,6 +534,8 @@ fail: {
 void lm_trainer_free(lm_trainer *t) {
   if (!t) return;
   /* linked programs first, owners last */
+  lm_program_free(t->adam);
+  lm_free(t->grads);
   lm_program_free(t->gae);
   lm_program_free(t->prep);
   lm_rollout_free(t->ro);
@@ -503,6 +565,32 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* K > 1, after a minibatch's gradients: every rank's gradient vector, summed in rank order on
+ * every rank and divided by K (each rank's loss is a mean over its own rows: the mean over all
+ * ranks' rows is their mean), into the Adam graph, which steps the weights the same everywhere. */
+static lm_status step_across_ranks(lm_trainer *t) {
+  lm_status st = LM_OK;
+  size_t at = 0;
+  char name[40];
+  for (int i = 0; i < t->upol.nparams && st == LM_OK; i++) {
+    size_t n = lm_policy_param_size(&t->upol, i);
+    snprintf(name, sizeof name, "grad.%s", t->upol.name[i]);
+    st = lm_program_read(t->upd, name, t->grads + at, n);
+    at += n;
+  }
+  if (st == LM_OK) st = lm_dist_sum_f32(t->dist, t->grads, t->nweights, "gradients");
+  float inv = 1.0f / (float)t->K;
+  for (size_t j = 0; j < t->nweights && st == LM_OK; j++) t->grads[j] *= inv;
+  at = 0;
+  for (int i = 0; i < t->upol.nparams && st == LM_OK; i++) {
+    size_t n = lm_policy_param_size(&t->upol, i);
+    snprintf(name, sizeof name, "grad.%s", t->upol.name[i]);
+    st = lm_program_write(t->adam, name, t->grads + at, n);
+    at += n;
+  }
+  return st == LM_OK ? lm_program_run(t->adam) : st;
+}
+
 lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *s) {
   const lm_ppo_config *c = &t->cfg;
   memset(s, 0, sizeof *s);
@@ -517,7 +605,7 @@ lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *s) {
   if (st == LM_OK) st = lm_program_run(t->prep);
   if (st == LM_OK) st = lm_program_write(t->gae, "adv_next", zero, n);
   if (st == LM_OK) st = lm_program_run(t->gae);
-  if (st == LM_OK) st = lm_program_write(t->upd, "lr", &lr, 1);
+  if (st == LM_OK) st = lm_program_write(t->adam ? t->adam : t->upd, "lr", &lr, 1);
   lm_free(zero);
   for (int e = 0; e < c->epochs && st == LM_OK; e++) {
     int64_t a;
@@ -527,15 +615,27 @@ lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *s) {
     if ((st = lm_program_bind(t->upd, "perm_a", a)) || (st = lm_program_bind(t->upd, "perm_b", b))) break;
     for (int m = 0; m < c->minibatches && st == LM_OK; m++) {
       if ((st = lm_program_bind(t->upd, "mb_off", (int64_t)m * t->M)) == LM_OK) st = lm_program_run(t->upd);
+      if (st == LM_OK && t->adam) st = step_across_ranks(t);
     }
   }
   double t2 = now();
   float v[7] = {0};
-  for (int i = 0; i < 7 && st == LM_OK; i++) st = lm_program_read(t->upd, upd_outputs[i], &v[i], 1);
-  if (st == LM_OK) st = lm_rollout_take_stats(t->ro, &s->episodes, &s->mean_return, &s->mean_length);
+  for (int i = 0; i < 7 && st == LM_OK; i++)
+    st = lm_program_read(i == 6 && t->adam ? t->adam : t->upd, upd_outputs[i], &v[i], 1);
+  double ep[3] = {0}; /* episodes, sum of returns, sum of lengths */
+  if (st == LM_OK) st = lm_rollout_take_sums(t->ro, &ep[0], &ep[1], &ep[2]);
+  if (st == LM_OK && t->K > 1) {
+    /* the ranks' means of the update statistics and sums of the episodes, in rank order */
+    st = lm_dist_sum_f32(t->dist, v, 6, "update statistics");
+    for (int i = 0; i < 6; i++) v[i] /= (float)t->K;
+    if (st == LM_OK) st = lm_dist_sum_f64(t->dist, ep, 3, "episode statistics");
+  }
   if (st != LM_OK) return st;
+  s->episodes = ep[0];
+  s->mean_return = ep[0] > 0 ? ep[1] / ep[0] : 0;
+  s->mean_length = ep[0] > 0 ? ep[2] / ep[0] : 0;
   t->iter++;
-  t->steps += t->B;
+  t->steps += t->B * t->K;
   s->iteration = t->iter;
   s->env_steps = t->steps;
   s->lr = lr;
@@ -607,16 +707,20 @@ int lm_trainer_kernels_per_iteration(lm_trainer *t) {
   if (lm_program_get_stats(t->prep, &s) == LM_OK) total += s.kernels;
   if (lm_program_get_stats(t->gae, &s) == LM_OK) total += s.kernels;
   if (lm_program_get_stats(t->upd, &s) == LM_OK) total += s.kernels * t->cfg.epochs * t->cfg.minibatches;
+  if (t->adam && lm_program_get_stats(t->adam, &s) == LM_OK) total += s.kernels * t->cfg.epochs * t->cfg.minibatches;
   return total;
 }
 
 /* ---------------------------------------------------------------- for train/checkpoint.c */
 
 lm_program_t *lm_trainer_update_program(lm_trainer *t);
+lm_program_t *lm_trainer_adam_program(lm_trainer *t);
 void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle);
 const lm_env_spec *lm_trainer_env(const lm_trainer *t);
 
 lm_program_t *lm_trainer_update_program(lm_trainer *t) { return t->upd; }
+lm_program_t *lm_trainer_adam_program(lm_trainer *t) { return t->adam; }
+lm_dist_t *lm_trainer_dist(const lm_trainer *t) { return t->dist; }
 void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle) {
   *iter = &t->iter;
   *steps = &t->steps;

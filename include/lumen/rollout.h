@@ -32,6 +32,12 @@ lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config
  * policy's names (link them to the trainer's). */
 lm_rollout *lm_rollout_new(lm_backend_t *b, const lm_env_spec *env, const lm_policy_config *cfg, int64_t n_envs,
                            int64_t horizon, lm_stepper stepper);
+/* The same rollout as one part of a batch of all_envs envs (one rank of several): its n_envs envs
+ * are envs first_env .. first_env+n_envs-1 of the batch, every random draw (resets, actions,
+ * sticky actions) keyed by that global index, so the part collects exactly what those envs of a
+ * one-process rollout over all_envs collect. lm_rollout_new is the part (0, n_envs). */
+lm_rollout *lm_rollout_new_part(lm_backend_t *b, const lm_env_spec *env, const lm_policy_config *cfg, int64_t n_envs,
+                                int64_t horizon, lm_stepper stepper, int64_t first_env, int64_t all_envs);
 void lm_rollout_free(lm_rollout *r);
 /* The program that owns the trajectory and env state (for links and reads). */
 lm_program_t *lm_rollout_program(lm_rollout *r);
@@ -45,9 +51,14 @@ lm_status lm_rollout_run(lm_rollout *r);
 /* Episodes finished since the last call: count, mean return and mean length (0 if none);
  * then starts counting afresh. Reads N floats per statistic. */
 lm_status lm_rollout_take_stats(lm_rollout *r, double *episodes, double *mean_return, double *mean_length);
+/* The same as sums (of returns and of lengths), which add up across the parts of a batch. */
+lm_status lm_rollout_take_sums(lm_rollout *r, double *episodes, double *sum_return, double *sum_length);
 /* The rollout's persistent state as named float arrays (env state, episode counters), for
  * checkpoints: names[i] with counts[i] elements; returns how many (at most cap). */
 int lm_rollout_state_list(lm_rollout *r, const char **names, size_t *counts, int cap);
+/* 1 when the state array `name` holds a row per env (a batch's parts hold rows of it), 0 for the
+ * host stepper's scalars ("ep.sums", "rollout.seed"). */
+int lm_rollout_state_per_env(const char *name);
 lm_status lm_rollout_state_read(lm_rollout *r, const char *name, float *dst, size_t count);
 lm_status lm_rollout_state_write(lm_rollout *r, const char *name, const float *src, size_t count);
 /* Sets the seed without resetting (after restoring a checkpoint). */

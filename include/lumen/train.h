@@ -6,6 +6,7 @@
 #ifndef LUMEN_TRAIN_H
 #define LUMEN_TRAIN_H
 
+#include "lumen/dist.h"
 #include "lumen/rollout.h"
 
 #ifdef __cplusplus
@@ -74,6 +75,15 @@ double lm_recent_mean(const lm_recent *r, double *episodes);
 typedef struct lm_trainer lm_trainer;
 
 lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg);
+/* One rank of a data-parallel run over lm_dist_size(dist) ranks (dist NULL: one process, the
+ * same as lm_trainer_new). cfg->n_envs is this rank's; rank r's envs are envs r*n_envs ..
+ * (r+1)*n_envs-1 of the run's K*n_envs, drawn as one process with K*n_envs envs would draw them;
+ * total_steps counts the whole run's steps. With K > 1 the update is a gradient graph, the
+ * gradients of all ranks summed in rank order (bitwise the same on every rank), and an Adam
+ * graph; statistics are reduced the same way, so every rank holds the same weights and stats.
+ * Every rank must call lm_trainer_iterate, lm_trainer_save and lm_trainer_load together. */
+lm_trainer *lm_trainer_new_dist(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg, lm_dist_t *dist);
+lm_dist_t *lm_trainer_dist(const lm_trainer *t);
 void lm_trainer_free(lm_trainer *t);
 /* Collects one rollout and runs epochs × minibatches of updates. */
 lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *stats);
@@ -102,7 +112,8 @@ int lm_trainer_graphs(const lm_env_spec *env, const lm_ppo_config *cfg, lm_train
 /* Checkpoints: weights, optimiser state, env and statistics state, RNG counters, config
  * and step counts; written atomically (temp file + rename) with a format version and a
  * checksum. Loading refuses a corrupt file or one made for another env or shape, with a
- * message saying which. */
+ * message saying which. A data-parallel run's checkpoint is the whole run's (envs = K*n_envs,
+ * every env's state in order; rank 0 writes it) and resumes at any K dividing its env count. */
 lm_status lm_trainer_save(lm_trainer *t, const char *path);
 lm_status lm_trainer_load(lm_trainer *t, const char *path);
 /* Reads only the config of a checkpoint (to rebuild a trainer before loading it). */
