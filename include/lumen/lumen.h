@@ -14,5 +14,6 @@
 #include "lumen/rollout.h"
 #include "lumen/runtime.h"
 #include "lumen/train.h"
+#include "lumen/vec.h"
 
 #endif
