@@ -1099,6 +1099,7 @@ typedef struct ref_env_arg {
   int *t;
   uint64_t rng, calls;
   float *eps, *rew; /* per-env counters */
+  float *last;      /* per-env action applied last (sticky actions, as the vec env keeps it) */
 } ref_env_arg;
 
 static int run_ref_env(void *arg) {
@@ -1120,6 +1121,11 @@ static int run_ref_env(void *arg) {
           act[k] = (float)(int)(((uint64_t)u * (uint64_t)e->action.n) >> 32);
         else
           act[k] = e->action.low[k] + (e->action.high[k] - e->action.low[k]) * (float)(u >> 8) * (1.0f / 16777216.0f);
+      }
+      if (e->action.kind == LM_SPACE_DISCRETE) { /* the vec env's action wrappers (sticky actions) */
+        r ^= r >> 12, r ^= r << 25, r ^= r >> 27;
+        float u = (float)(((r * 0x2545f4914f6cdd1dull) >> 40) + 1) * (1.0f / 16777216.0f); /* (0, 1] */
+        act[0] = lm_env_ref_action(e, act[0], &q->last[i], u);
       }
       int term = 0;
       q->rew[i] += e->ref_step(s, act, &term);
@@ -1405,7 +1411,7 @@ static int bench_envs(const opts *o) {
       "    RAND inside the graph (lm_env_random_action), on the cpu backend, LUMEN_THREADS=thr; kern = kernels\n"
       "    per scan (lm_program_get_stats).\n"
       "  reference = the env's scalar reference stepper (ref_step, ref_reset) on the host, one env at a time,\n"
-      "    1 thread, actions from xorshift64*.\n"
+      "    1 thread, actions from xorshift64* (through lm_env_ref_action: sticky actions as the graph's).\n"
       "  hand SoA (CartPole only) = a struct-of-arrays C loop written in rlbench (float32 Euler physics as\n"
       "    Gymnasium, branch-free auto-reset, per-env xorshift32 for actions and resets, 256-env blocks),\n"
       "    and the same loop with lumen's Philox4x32-10 draws (the graph env's streams and counters: a\n"
@@ -1458,9 +1464,9 @@ static int bench_envs(const opts *o) {
     int is_cp = !strcmp(e->name, "cartpole");
     /* the reference first: the others are checked against its counters */
     ref_env_arg ra = {e, n, T, env_initial_state(e, n), calloc((size_t)n, sizeof(int)), 0x2545f4914f6cdd1dull, 0,
-                      NULL, NULL};
+                      NULL, NULL, calloc((size_t)n, sizeof(float))};
     float *ref_counts = calloc(2 * (size_t)n, sizeof(float));
-    if (!ra.t || !ref_counts) {
+    if (!ra.t || !ra.last || !ref_counts) {
       fputs("rlbench: out of memory\n", stderr);
       exit(1);
     }
@@ -1472,6 +1478,7 @@ static int bench_envs(const opts *o) {
     time_work(run_ref_env, &ra, reps, &tref);
     free(ra.state);
     free(ra.t);
+    free(ra.last);
     free(ref_counts);
     double ref_sps = steps / tref.med;
     env_row(e->name, "reference stepper", 1, -1, &tref, steps, -1, -1, &want);

@@ -171,7 +171,7 @@ Test(vecenv, two_vec_envs_and_the_callers_buffers_agree) {
 
 /* ---------------------------------------------------------------- lm_actor_t */
 
-static char ckpt[] = "/tmp/lumen-vecenv-XXXXXX";
+static char ckpt[64] = "/tmp/lumen-vecenv-XXXXXX"; /* room for the file name after the directory */
 
 static void make_checkpoint(void) {
   cr_assert(mkdtemp(ckpt));
