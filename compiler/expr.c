@@ -901,6 +901,17 @@ int lm_x_prove_eq(lm_exprs *x, lm_expr a, lm_expr b) {
   return lm_x_simplify(x, a, NULL) == lm_x_simplify(x, b, NULL);
 }
 
+int lm_x_divmods(const lm_exprs *x, lm_expr e, int var, int64_t *d, int *nd) {
+  const lm_xnode *n = &x->nodes[e];
+  if (n->op == LM_X_CONST || n->op == LM_X_VAR || n->op == LM_X_SYM) return 0;
+  int here = 0;
+  if ((n->op == LM_X_DIV || n->op == LM_X_MOD) && (var < 0 || (var < 64 && (lm_x_vars_used(x, n->a) >> var) & 1))) {
+    here = 1;
+    if (d && is_c(x, n->b) && *nd < 8) d[(*nd)++] = cv(x, n->b);
+  }
+  return here + lm_x_divmods(x, n->a, var, d, nd) + lm_x_divmods(x, n->b, var, d, nd);
+}
+
 uint64_t lm_x_vars_used(const lm_exprs *x, lm_expr e) {
   if (!e) return 0;
   const lm_xnode *nd = &x->nodes[e];

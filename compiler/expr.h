@@ -97,6 +97,10 @@ lm_expr lm_x_simplify_guarded(lm_exprs *x, lm_expr e, lm_expr guard, const lm_xc
 int lm_x_prove_ge(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);
 int lm_x_prove_gt(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);
 int lm_x_prove_eq(lm_exprs *x, lm_expr a, lm_expr b);
+/* Floor divisions and modulos in e, per occurrence; with var >= 0 only those whose operand names
+ * that loop variable. Their constant divisors are appended to d (when not NULL; up to 8 in all,
+ * *nd counting them). */
+int lm_x_divmods(const lm_exprs *x, lm_expr e, int var, int64_t *d, int *nd);
 /* Vars and symbols that occur in e (bit masks; symbols beyond 63 are not tracked). */
 uint64_t lm_x_vars_used(const lm_exprs *x, lm_expr e);
 int lm_x_uses_symbols(const lm_exprs *x, lm_expr e);

@@ -282,13 +282,6 @@ static uint32_t op_stmt(kbuild *b, lm_sop op, uint32_t a, uint32_t c) {
   return emit(b, s, 0, l);
 }
 
-/* Floor divisions and modulos in e (counted per occurrence). */
-static int divisions(const lm_exprs *x, lm_expr e) {
-  const lm_xnode *nd = lm_x_node(x, e);
-  if (nd->op == LM_X_CONST || nd->op == LM_X_VAR || nd->op == LM_X_SYM) return 0;
-  return (nd->op == LM_X_DIV || nd->op == LM_X_MOD) + divisions(x, nd->a) + divisions(x, nd->b);
-}
-
 static uint32_t load(kbuild *b, uint32_t buf, const lm_shape *shape, const lm_expr *idx, lm_expr valid) {
   lowering *L = b->L;
   lm_xctx ctx = ctx_of(b);
@@ -300,7 +293,8 @@ static uint32_t load(kbuild *b, uint32_t buf, const lm_shape *shape, const lm_ex
    * makes the index cheaper (fewer divisions: a padded window inside its image), where the
    * guard stays with the cheaper index */
   lm_expr guarded = lm_x_is_const(&L->g->x, valid, 1) ? s.idx : lm_x_simplify_guarded(&L->g->x, flat, valid, &ctx);
-  if (divisions(&L->g->x, guarded) < divisions(&L->g->x, s.idx)) s.idx = guarded;
+  if (lm_x_divmods(&L->g->x, guarded, -1, NULL, NULL) < lm_x_divmods(&L->g->x, s.idx, -1, NULL, NULL))
+    s.idx = guarded;
   else if (!lm_x_is_const(&L->g->x, valid, 1) && lm_x_prove_ge(&L->g->x, s.idx, lm_x_const(&L->g->x, 0), &ctx) &&
            lm_x_prove_gt(&L->g->x, lm_shape_numel(L->g, shape), s.idx, &ctx))
     s.valid = valid = lm_x_const(&L->g->x, 1);

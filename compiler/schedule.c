@@ -489,26 +489,12 @@ static void interchange_points(const lm_plan *plan, lm_kernel *k, int stage) {
   }
 }
 
-/* Floor divisions and modulos in e, per occurrence; with var >= 0, only those whose operand
- * names that variable (their constant divisors go to d[], up to 8). */
-static int divmods(const lm_exprs *x, lm_expr e, int var, int64_t *d, int *nd) {
-  const lm_xnode *n = lm_x_node(x, e);
-  if (n->op == LM_X_CONST || n->op == LM_X_VAR || n->op == LM_X_SYM) return 0;
-  int here = 0;
-  if ((n->op == LM_X_DIV || n->op == LM_X_MOD) && (var < 0 || (var < 64 && (lm_x_vars_used(x, n->a) >> var) & 1))) {
-    here = 1;
-    const lm_xnode *b = lm_x_node(x, n->b);
-    if (d && b->op == LM_X_CONST && *nd < 8) d[(*nd)++] = b->v;
-  }
-  return here + divmods(x, n->a, var, d, nd) + divmods(x, n->b, var, d, nd);
-}
-
 static int kernel_divmods(const lm_exprs *x, const lm_kernel *k) {
   int n = 0;
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
     lm_expr es[3] = {s->idx, s->valid, s->step};
-    for (int j = 0; j < 3; j++) n += es[j] ? divmods(x, es[j], -1, NULL, NULL) : 0;
+    for (int j = 0; j < 3; j++) n += es[j] ? lm_x_divmods(x, es[j], -1, NULL, NULL) : 0;
   }
   return n;
 }
@@ -533,7 +519,7 @@ static int split_serial(lm_exprs *x, lm_kernel *k) {
         const lm_stmt *s = &k->stmts[i];
         lm_expr es[3] = {s->idx, s->valid, s->step};
         for (int j = 0; j < 3; j++)
-          if (es[j]) divmods(x, es[j], l, d, &nd);
+          if (es[j]) lm_x_divmods(x, es[j], l, d, &nd);
       }
       for (int c = 0; c < nd && !done; c++) {
         if (d[c] < 2 || d[c] >= E || E % d[c]) continue;
