@@ -1,4 +1,5 @@
-/* compiler/compile.c — canonicalise, lower, fuse scans; dump generated sources. */
+/* compiler/compile.c — the compiler's pipeline as one table of named passes (canonicalise, lower,
+ * the loop-IR rewrites, scan fusion, lanes, GPU work-groups), and generated sources dumped. */
 #include "compile.h"
 
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "lumen/search.h"
 #include "memplan.h"
+#include "gpu.h"
 #include "passes.h"
 #include "search/search.h"
 
@@ -15,21 +17,147 @@ lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled 
   return lm_compile_ex(g, scan, NULL, out);
 }
 
-/* lower, then the default schedule: search or interchange (unless `plain`), merge */
-static lm_status lower_plan(lm_compiled *out, const lm_scan_info *scan, const lm_compile_options *opts, int plain) {
-  const lm_search_options *search = opts->search;
+/* ---------------------------------------------------------------- the pass table */
+
+/* What a pass sees: the plan it rewrites and why it is being compiled. */
+typedef struct pass_ctx {
+  lm_plan *plan;
+  const lm_scan_info *scan;
+  const lm_compile_options *opts;
+  int lanes_headed; /* a scan lowered for SIMD lanes: no interchange, no search */
+} pass_ctx;
+
+static int scanning(const pass_ctx *c) { return c->scan && c->scan->active; }
+static int lane_form(const lm_kernel *k) {
+  for (size_t l = 0; l < k->nloops; l++)
+    if (k->loops[l].kind == LM_L_LANES) return 1;
+  return 0;
+}
+
+static int when_search(const pass_ctx *c) {
+  return !c->lanes_headed && c->opts->search && c->opts->search->budget_s > 0 && !scanning(c);
+}
+static int when_interchange(const pass_ctx *c) {
+  return !c->lanes_headed && c->opts->interchange && !when_search(c);
+}
+static int when_cpu_plan(const pass_ctx *c) { return c->opts->join && !scanning(c); }
+static int when_always(const pass_ctx *c) { return c != NULL; }
+static int when_lanes(const pass_ctx *c) { return c->opts->lanes > 1; }
+static int when_gpu(const pass_ctx *c) { return c->opts->gpu != NULL; }
+
+static int run_search(pass_ctx *c) {
+  (void)lm_search_plan_on(c->plan, NULL, c->opts->search, NULL, c->opts->device);
+  return 0;
+}
+static int run_interchange(pass_ctx *c) { return lm_schedule_interchange(c->plan, c->opts->stage); }
+static int run_epilogue(pass_ctx *c) { return lm_schedule_epilogue(c->plan); }
+static int run_merge(pass_ctx *c) { return lm_schedule_merge(c->plan, scanning(c) ? 1 : LM_MERGE_BACK); }
+static int run_join(pass_ctx *c) { return lm_schedule_join(c->plan); }
+static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
+static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
+  int n = 0;
+  for (size_t i = 0; i < c->plan->nkernels; i++) {
+    if (!lane_form(&c->plan->kernels[i])) continue;
+    int r = f(&c->plan->kernels[i], &c->plan->g->x);
+    if (r < 0) return r;
+    n += r;
+  }
+  if (n) lm_plan_liveness(c->plan);
+  return n;
+}
+static int run_inplace(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_inplace); }
+static int run_columns(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_columns); }
+static int run_lazy(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_lazy); }
+static int run_gpu(pass_ctx *c) { return lm_schedule_gpu(c->plan, c->opts->gpu); }
+
+enum { FRONT, PLAN, SCAN, DEVICE }; /* where lm_compile_ex runs a row */
+
+typedef struct pass {
+  lm_pass_info info;
+  int stage;
+  int (*when)(const pass_ctx *);
+  int (*run)(pass_ctx *); /* how many changed; < 0: out of memory (NULL: lm_compile_ex's own) */
+} pass;
+
+/* Every step from a graph to the plan a backend renders, in order. FRONT rows are
+ * lm_compile_ex's own; PLAN rows rewrite each lowered plan; SCAN rows a fused scan's plan;
+ * DEVICE rows come last, with the device's limits. A row runs when its precondition holds and
+ * its switch (an environment variable, for experiments) is not set. */
+static const pass passes[] = {
+    {{"canonicalise", "all", "always", NULL,
+      "dead code, CSE, constant folding, exact identities, to a fixed point (passes.c)"}, FRONT, NULL, NULL},
+    {{"lower", "all", "always", NULL,
+      "the default schedule: kernels for materialised nodes, the rest inlined, statements hoisted (lower.c)"},
+     FRONT, NULL, NULL},
+    {{"search", "all", "a search budget, not a scan", "LUMEN_SEARCH_BUDGET=0",
+      "e-graph search over each hot kernel, candidates timed on the device (search/)"},
+     PLAN, when_search, run_search},
+    {{"interchange", "c", "a vector cpu, not searched, not a scan headed for lanes", "LUMEN_NO_INTERCHANGE",
+      "reductions in i-k-j order over local rows, staged operands, serial loops split at divisions (schedule.c)"},
+     PLAN, when_interchange, run_interchange},
+    {{"epilogue", "c", "a cpu plan, not a scan", "LUMEN_NO_EPILOGUE",
+      "an elementwise kernel reading another's stores point for point runs inside it (schedule.c)"},
+     PLAN, when_cpu_plan, run_epilogue},
+    {{"merge", "all", "always", "LUMEN_NO_MERGE",
+      "independent kernels over one parallel domain become one, equal statements shared (schedule.c)"},
+     PLAN, when_always, run_merge},
+    {{"join", "c", "a cpu plan, not a scan", "LUMEN_NO_JOIN",
+      "consecutive kernels that would each run on one thread become one serial kernel (schedule.c)"},
+     PLAN, when_cpu_plan, run_join},
+    {{"scan-fuse", "all", "a scan whose step is env-local", NULL,
+      "the whole scan as one plan: a time loop inside each env's kernel, the carry kept (scan.c)"},
+     FRONT, NULL, NULL},
+    {{"lanes", "c", "a fused scan, lanes > 1", "LUMEN_SCAN_LANES=1",
+      "envs in SIMD blocks, each layer's dot products as running sums in registers (lanes.c)"},
+     SCAN, when_lanes, run_lanes},
+    {{"inplace", "c", "a kernel in lane form", "LUMEN_NO_INPLACE",
+      "the carried state stored in place where the step allows, no end-of-step copies (inplace.c)"},
+     SCAN, when_lanes, run_inplace},
+    {{"columns", "c", "a kernel in lane form", "LUMEN_NO_COLUMNS",
+      "short constant loops around a lane loop (a stacked state's columns) unrolled into it (columns.c)"},
+     SCAN, when_lanes, run_columns},
+    {{"lazy", "c", "a kernel in lane form", "LUMEN_NO_LAZY",
+      "values used only under a per-lane flag (auto-reset draws) computed for flagged lanes only (lazy.c)"},
+     SCAN, when_lanes, run_lazy},
+    {{"gpu-workgroups", "cuda opencl", "a GPU backend (its shared memory, its warp)", "LUMEN_GPU_SCHEDULE=0",
+      "matmuls tiled through shared memory, reductions as trees, weights staged (gpu.c)"},
+     DEVICE, when_gpu, run_gpu},
+};
+enum { NPASSES = sizeof passes / sizeof passes[0] };
+
+const lm_pass_info *lm_compile_pass(int i) { return i >= 0 && i < NPASSES ? &passes[i].info : NULL; }
+
+/* A switch is set: "VAR" set at all, or "VAR=VALUE" set to that value. */
+static int switched_off(const char *sw) {
+  if (!sw) return 0;
+  const char *eq = strchr(sw, '=');
+  char name[64];
+  size_t n = eq ? (size_t)(eq - sw) : strlen(sw);
+  if (n >= sizeof name) return 0;
+  memcpy(name, sw, n);
+  name[n] = 0;
+  const char *v = getenv(name);
+  return v && (!eq || !strcmp(v, eq + 1));
+}
+
+/* The rows of one stage, in order; LM_ERR_NOMEM when one ran out of memory. */
+static lm_status run_stage(int stage, pass_ctx *c) {
+  for (int i = 0; i < NPASSES; i++) {
+    const pass *p = &passes[i];
+    if (p->stage != stage || !p->when(c) || switched_off(p->info.off)) continue;
+    if (p->run(c) < 0) return lm_fail(LM_ERR_NOMEM, "out of memory in the %s pass", p->info.name);
+  }
+  return LM_OK;
+}
+
+/* lower, then the PLAN rows */
+static lm_status lower_plan(lm_compiled *out, const lm_scan_info *scan, const lm_compile_options *opts,
+                            int lanes_headed) {
   lm_plan_free(out->plan);
   out->plan = NULL;
   lm_status st = lm_lower(out->g, &out->plan);
-  /* search measures candidates on this machine and keeps the winners; kernels it leaves
-   * alone get the default interchange (a fused scan holds local arrays: not searched) */
-  if (st == LM_OK && !plain && search && search->budget_s > 0 && !(scan && scan->active))
-    (void)lm_search_plan_on(out->plan, NULL, search, NULL, opts->device);
-  else if (st == LM_OK && !plain && opts->interchange && !getenv("LUMEN_NO_INTERCHANGE"))
-    lm_schedule_interchange(out->plan, opts->stage);
-  if (st == LM_OK && !getenv("LUMEN_NO_MERGE") && lm_schedule_merge(out->plan) < 0)
-    st = lm_fail(LM_ERR_NOMEM, "out of memory merging kernels");
-  return st;
+  pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes_headed};
+  return st == LM_OK ? run_stage(PLAN, &c) : st;
 }
 
 lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_compile_options *opts,
@@ -53,9 +181,17 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       lm_plan_free(out->plan);
       out->plan = fused;
       out->fused = 1;
-      out->lanes = lm_scan_lanes(out->plan, opts->lanes) > 0 ? opts->lanes : 1;
+      pass_ctx c = {.plan = fused, .scan = scan, .opts = opts, .lanes_headed = lanes};
+      st = run_stage(SCAN, &c);
+      out->lanes = 1;
+      for (size_t i = 0; i < fused->nkernels; i++)
+        if (lane_form(&fused->kernels[i])) out->lanes = opts->lanes;
     } else if (st == LM_ERR_UNSUPPORTED) /* the step plan runs T times */
       st = lanes ? lower_plan(out, scan, opts, 0) : LM_OK;
+  }
+  if (st == LM_OK) {
+    pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes};
+    st = run_stage(DEVICE, &c);
   }
   if (st != LM_OK) lm_compiled_free(out);
   return st;

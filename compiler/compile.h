@@ -28,7 +28,20 @@ typedef struct lm_compile_options {
                     * vector CPUs; GPUs keep one thread per output element and tile instead */
   int stage;  /* interchange may stage operands in local arrays (a kernel call runs a chunk) */
   int lanes;  /* envs per SIMD block of a fused scan (lm_scan_lanes; < 2: none) */
+  const struct lm_gpu_options *gpu; /* GPU work-group schedules with these limits (compiler/gpu.c) */
+  int join;   /* runs of kernels that would each run on one thread become one kernel
+               * (lm_schedule_join): the cpu, where a launch costs more than such a kernel */
 } lm_compile_options;
+/* One row of the pass table (compiler/compile.c), as `rltrain compile --passes` lists it. */
+typedef struct lm_pass_info {
+  const char *name;
+  const char *dialects; /* "all", or the dialects it runs for */
+  const char *when;     /* its precondition, in words */
+  const char *off;      /* the environment variable that switches it off ("VAR" or "VAR=VALUE"), or NULL */
+  const char *what;
+} lm_pass_info;
+/* Row i of the pass table, in the order the passes run; NULL past the end. */
+const lm_pass_info *lm_compile_pass(int i);
 /* The cpu backend's envs per SIMD block (see compiler/backends/cpu.c, scan_lanes). */
 enum { LM_CPU_SCAN_LANES = 64 };
 lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_compile_options *opts,

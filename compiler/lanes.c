@@ -488,9 +488,8 @@ static int lanes_kernel(lm_plan *p, size_t ki, int L) {
   lm_expr blocks = lm_x_simplify(x, lm_x_div(x, lm_x_add(x, c.E, lm_x_const(x, L - 1)), Lx), NULL);
   if (lm_kernel_add_loop(n, -1, blocks, LM_L_PARALLEL) != 0) goto out;
   walk(&c, &k->loops[0].body, 0);
-  /* LUMEN_NO_LAZY: draw every lane's values (the same bits, for comparing; compiler/lazy.c) */
-  if (!c.ok || x->failed || lm_lanes_inplace(n, x) < 0 || lm_lanes_columns(n, x) < 0 || (!getenv("LUMEN_NO_LAZY") && lm_lanes_lazy(n, x) < 0))
-    goto out;
+  /* in place, columns and lazy draws follow as passes of their own (compiler/compile.c) */
+  if (!c.ok || x->failed) goto out;
   /* swap the kernel in */
   lm_kernel old = p->kernels[ki];
   p->kernels[ki] = *n;

@@ -175,9 +175,20 @@ int lm_lanes_columns(lm_kernel *k, lm_exprs *x);
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the
  * reduction alone is copied into a transposed local array once per call, so it qualifies. */
 int lm_schedule_interchange(lm_plan *plan, int stage);
-/* Fuses adjacent kernels over the same parallel domain that do not depend on each other into
- * one kernel with several stores; returns how many merged, -1 when memory ran out. */
-int lm_schedule_merge(lm_plan *plan);
+/* Fuses kernels over the same parallel domain that do not depend on each other (up to `back`
+ * apart, past kernels independent of the later one) into one kernel with several stores;
+ * returns how many merged, -1 when memory ran out. */
+int lm_schedule_merge(lm_plan *plan, int back);
+/* How far back (kernels) a merge or an epilogue may move a kernel up, past kernels it is
+ * independent of. A fused scan's step merges only with the kernel before it: the lanes pass
+ * jams the step's layers as the adjacent merges leave them. */
+enum { LM_MERGE_BACK = 16 };
+/* Consecutive kernels the cpu runs on one thread anyway (little work, or no parallel domain)
+ * become one kernel without a parallel domain; returns how many joined, -1 when memory ran out. */
+int lm_schedule_join(lm_plan *plan);
+/* An elementwise kernel that reads what an earlier kernel stores, point for point, runs in that
+ * kernel after the store; returns how many moved, -1 when memory ran out. */
+int lm_schedule_epilogue(lm_plan *plan);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

@@ -149,7 +149,7 @@ int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *sym
  * 64 rows, each a reduction over the minibatch, then run on every thread; so do the env blocks
  * of a fused scan (its time loop) and the 16 column panels of a searched 256^3 matmul.
  * A thread is worth starting for about 16384 statements of work (lm_kernel_cost). */
-enum { BLOCK = 64, THREAD_WORK = 16384 };
+enum { BLOCK = LM_CPU_BLOCK, THREAD_WORK = LM_CPU_THREAD_WORK };
 
 lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost) {
   lm_cpu_cut c = {fine ? 1 : BLOCK, 1};

@@ -34,6 +34,12 @@ int64_t lm_kernel_cost(const lm_exprs *x, const lm_kernel *k, const int64_t *sym
 typedef struct lm_cpu_cut {
   int64_t unit, min_chunks;
 } lm_cpu_cut;
+/* A thread is worth starting for about this much work (lm_kernel_cost): a kernel with less runs
+ * on one thread. */
+enum { LM_CPU_THREAD_WORK = 16384 };
+/* Outer iterations per chunk, unless the kernel is fine (lm_kernel_fine): one chunk, one thread,
+ * for an outer loop of at most this many. */
+enum { LM_CPU_BLOCK = 64 };
 /* fine: lm_kernel_fine(k); extent: of the outer loop; cost: lm_kernel_cost */
 lm_cpu_cut lm_cpu_cut_of(int fine, int64_t extent, int64_t cost);
 /* Does a loop of symbolic extent sit inside kernel k's outer loop? (Then chunks may be single

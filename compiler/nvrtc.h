@@ -1,9 +1,7 @@
 /* compiler/nvrtc.h — NVRTC loaded at run time (never linked): CUDA C++ to CUBIN for one sm_XX,
- * with the ptxas figures (registers, stack, spills) of every entry function parsed from its log;
- * and the compile-only path of `rltrain compile`: every kernel of a training iteration built for
- * a target (cuda through NVRTC, opencl through the OpenCL backend, c through the system compiler),
- * with no device needed for cuda. Only public lumen types cross this header, so the CLI (outside
- * the library) can use it. Never prints or exits. */
+ * with the ptxas figures (registers, stack, spills) of every entry function parsed from its log
+ * (the compile-only path of `rltrain compile` that uses it: train/iteration.h). Only public
+ * lumen types cross this header. Never prints or exits. */
 #ifndef LUMEN_NVRTC_H
 #define LUMEN_NVRTC_H
 
@@ -63,38 +61,6 @@ typedef struct lm_ptxas_info {
  * no such entry. */
 lm_status lm_ptxas_info_parse(const char *log, const char *entry, lm_ptxas_info *out);
 
-/* ---- compile-only: every kernel of a training iteration ---- */
-typedef enum lm_target {
-  LM_TARGET_CUDA,   /* NVRTC to CUBIN for an sm_XX (no device needed) */
-  LM_TARGET_OPENCL, /* clBuildProgram on the first OpenCL device (needs a platform) */
-  LM_TARGET_C,      /* the system C compiler (compiler/cc.h) */
-  LM_TARGET_COUNT
-} lm_target;
-
-/* "cuda", "opencl" or "c"; LM_ERR_INVALID (naming the choices) otherwise. */
-lm_status lm_target_parse(const char *name, lm_target *out);
-const char *lm_target_name(lm_target t);
-
-typedef struct lm_kernel_report {
-  char graph[24];  /* "rollout", "prep", "gae", "update" */
-  char kernel[48]; /* the entry name */
-  /* from ptxas (cuda); -1 where the target does not say */
-  int registers, stack_bytes, spill_stores, spill_loads, shared_bytes;
-  int group; /* threads per work-group of a work-group schedule (compiler/gpu.c), 0: one per point */
-} lm_kernel_report;
-
-typedef struct lm_compile_report {
-  lm_kernel_report *kernels;
-  size_t n;
-  char compiler[256]; /* which compiler built them, e.g. "NVRTC 13.0 (libnvrtc.so.13) for sm_90" */
-} lm_compile_report;
-
-/* Builds lm_trainer_graphs(env, lm_ppo_defaults(env)), compiles each graph with the shared front
- * (compile.h: canonicalise, lower, fuse scans), renders it in the target's dialect and compiles
- * the whole translation unit, one per graph. `arch` (cuda only; NULL = "sm_90"). On a compile
- * failure: LM_ERR_COMPILE with the log (and the report holds the kernels before it). */
-lm_status lm_compile_iteration(const char *env, lm_target target, const char *arch, lm_compile_report *out);
-void lm_compile_report_free(lm_compile_report *r);
 
 /* Provided by compiler/backends/opencl.c: builds OpenCL C source on the device the opencl
  * backend would pick, discarding the program; LM_ERR_UNSUPPORTED when there is no platform,

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "loopir.h"
+#include "memplan.h"
 
 enum { MAX_EXTENT = 4096, MAX_MERGED_BUFS = 24, MAX_STAGED = 8, MAX_STAGED_FLOATS = 262144 };
 
@@ -740,44 +741,276 @@ static int mergeable(const lm_kernel *a, const lm_kernel *b) {
   return 1;
 }
 
-int lm_schedule_merge(lm_plan *plan) {
-  int merged = 0;
+/* Neither kernel reads or writes what the other writes: they may run in either order. */
+static int independent(const lm_kernel *a, const lm_kernel *b) {
+  for (size_t i = 0; i < b->nstmts; i++) {
+    const lm_stmt *s = &b->stmts[i];
+    if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
+    if (reads_or_writes(a, s->buf, 1) || (s->op == LM_S_STORE && reads_or_writes(a, s->buf, 0))) return 0;
+  }
+  return 1;
+}
+
+
+/* Every kernel b, in launch order, offered to `absorb` with the kernels kept before it
+ * (kernels[0..out-1]; it may look `back` of them back): 1 when b went into one of them (b is then freed), 0 when b stays, -1 when
+ * memory ran out. Returns how many were absorbed, or -1. */
+static int fold_kernels(lm_plan *plan, int back, int (*absorb)(lm_plan *, size_t out, lm_kernel *b, int back)) {
+  int absorbed = 0;
   size_t out = 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel *b = &plan->kernels[i];
-    if (out > 0 && !mergeable(&plan->kernels[out - 1], b) && mergeable(b, &plan->kernels[out - 1])) {
-      /* independent kernels may swap: merge into the one with the deeper domain */
-      lm_kernel t = plan->kernels[out - 1];
-      plan->kernels[out - 1] = *b;
-      *b = t;
-    }
-    if (out > 0 && mergeable(&plan->kernels[out - 1], b)) {
-      lm_kernel *a = &plan->kernels[out - 1];
-      mg m = {.a = a, .b = b, .x = &plan->g->x, .ok = 1};
-      m.vmap = lm_calloc(b->nloops + 1, sizeof *m.vmap);
-      m.smap = lm_calloc(b->nstmts + 1, sizeof *m.smap);
-      int ok = m.vmap && m.smap;
-      for (size_t l = 0; ok && l < b->nlocals; l++) {
-        ok = LM_GROW(a->locals, a->localcap, a->nlocals + 1);
-        if (ok) a->locals[a->nlocals++] = b->locals[l];
-      }
-      if (ok) {
-        for (int l = 0; l < b->npar; l++) m.vmap[l] = lm_x_var(m.x, l);
-        merge_block(&m, -1, -1);
-        ok = m.ok && !m.x->failed;
-      }
-      lm_free(m.vmap);
-      lm_free(m.smap);
-      /* a merge fails only when memory runs out, leaving `a` half-merged: report it */
-      if (!ok) return -1;
+    int r = absorb(plan, out, b, back);
+    if (r < 0) return -1; /* memory ran out, the kernel taking b half-built: reported */
+    if (r) {
       lm_kernel_free(b);
-      merged++;
+      absorbed++;
       continue;
     }
     if (out != i) plan->kernels[out] = *b;
     out++;
   }
   plan->nkernels = out;
-  if (merged) lm_plan_liveness(plan);
-  return merged;
+  if (absorbed) lm_plan_liveness(plan);
+  return absorbed;
 }
+
+/* Sets m up to put b into a: the maps, and b's local arrays after a's. 0 when memory ran out. */
+static int mg_begin(mg *m, lm_kernel *a, const lm_kernel *b, lm_exprs *x) {
+  *m = (mg){.a = a, .b = b, .x = x, .ok = 1};
+  m->vmap = lm_calloc(b->nloops + 1, sizeof *m->vmap);
+  m->smap = lm_calloc(b->nstmts + 1, sizeof *m->smap);
+  int ok = m->vmap && m->smap;
+  for (size_t l = 0; ok && l < b->nlocals; l++) {
+    ok = LM_GROW(a->locals, a->localcap, a->nlocals + 1);
+    if (ok) a->locals[a->nlocals++] = b->locals[l];
+  }
+  return ok;
+}
+
+/* Frees m's maps; 1 when everything went in, -1 when memory ran out. */
+static int mg_end(mg *m) {
+  lm_free(m->vmap);
+  lm_free(m->smap);
+  return m->ok && !m->x->failed ? 1 : -1;
+}
+
+static int merge_one(lm_plan *plan, size_t out, lm_kernel *b, int back) {
+  if (out > 0 && !mergeable(&plan->kernels[out - 1], b) && mergeable(b, &plan->kernels[out - 1])) {
+    /* independent kernels may swap: merge into the one with the deeper domain */
+    lm_kernel t = plan->kernels[out - 1];
+    plan->kernels[out - 1] = *b;
+    *b = t;
+  }
+  /* the latest kernel b may merge into, moving b up past the kernels after it (b must be
+   * independent of each) */
+  size_t into = out;
+  for (size_t j = out; j-- > 0 && out - j <= (size_t)back;) {
+    if (mergeable(&plan->kernels[j], b)) {
+      into = j;
+      break;
+    }
+    if (!independent(&plan->kernels[j], b)) break;
+  }
+  if (into == out) return 0;
+  mg m;
+  if (mg_begin(&m, &plan->kernels[into], b, &plan->g->x)) {
+    for (int l = 0; l < b->npar; l++) m.vmap[l] = lm_x_var(m.x, l);
+    merge_block(&m, -1, -1);
+  } else m.ok = 0;
+  return mg_end(&m);
+}
+
+int lm_schedule_merge(lm_plan *plan, int back) { return fold_kernels(plan, back < 1 ? 1 : back, merge_one); }
+
+/* ---------------------------------------------------------------- one thread's kernels as one */
+
+/* On the cpu a kernel of little work runs on one thread (lm_cpu_cut_of), and so do one
+ * without a parallel domain and one whose outer loop is a single chunk; a run of such kernels,
+ * one after the other, becomes one kernel without a parallel domain whose root block runs their
+ * bodies in launch order: their parallel loops become serial loops over independent points.
+ * Nothing runs on fewer threads than before, and a launch is saved per kernel (an optimiser's
+ * update of every parameter, the global norm before it, a loss's scalar reductions). Bitwise
+ * identical: every loop keeps its order and every statement its operands. (A pass, not a rule:
+ * it changes the plan's kernel list, which the search's rules, kernel-local, do not see.) */
+
+static int one_thread(const lm_exprs *x, const lm_kernel *k) {
+  if (k->group || k->fixed) return 0;
+  if (k->npar == 0) return 1;
+  const lm_xnode *outer = lm_x_node(x, k->loops[0].extent); /* one chunk of the outer loop */
+  if (outer->op == LM_X_CONST && (outer->v <= 1 || (outer->v <= LM_CPU_BLOCK && !lm_kernel_fine(x, k)))) return 1;
+  for (size_t l = 0; l < k->nloops; l++)
+    if (lm_x_node(x, k->loops[l].extent)->op != LM_X_CONST) return 0;
+  return lm_kernel_cost(x, k, NULL) <= LM_CPU_THREAD_WORK;
+}
+
+/* b's block `bl` (-1: its root) appended to a's block `al`, loops and statements in order,
+ * nothing shared (a load of b may follow a store of a to the same buffer). */
+static void append_block(mg *m, int32_t bl, int32_t al) {
+  const lm_kernel *b = m->b;
+  const lm_block *blk = bl < 0 ? &b->root : &b->loops[bl].body;
+  for (size_t i = 0; i < blk->n && m->ok; i++) {
+    lm_item it = blk->items[i];
+    if (!it.is_loop) {
+      lm_stmt s = remap_stmt(m, it.id, al);
+      uint32_t id = lm_kernel_add_stmt(m->a, &s, -1);
+      if (id == UINT32_MAX) m->ok = 0;
+      m->smap[it.id] = id;
+      continue;
+    }
+    const lm_loop *lp = &b->loops[it.id];
+    int32_t nl = lm_kernel_add_loop(m->a, al, lp->extent, lp->kind == LM_L_PARALLEL ? LM_L_SERIAL : (lm_loopkind)lp->kind);
+    if (nl < 0) {
+      m->ok = 0;
+      return;
+    }
+    lm_loop *n = &m->a->loops[nl];
+    n->point = lp->point || lp->kind == LM_L_PARALLEL;
+    n->mask = lp->kind == LM_L_SPARSE ? lp->mask + (uint32_t)(m->a->nlocals - b->nlocals) : lp->mask;
+    m->vmap[it.id] = lm_x_var(m->x, nl);
+    append_block(m, (int32_t)it.id, nl);
+  }
+}
+
+static int join_one(lm_plan *plan, size_t out, lm_kernel *b, int back) {
+  (void)back;
+  lm_exprs *x = &plan->g->x;
+  lm_kernel *a = out > 0 ? &plan->kernels[out - 1] : NULL;
+  if (!a || a->contract != b->contract || !one_thread(x, a) || !one_thread(x, b)) return 0;
+  for (int l = 0; l < a->npar; l++) { /* a's domain: serial loops over independent points */
+    a->loops[l].kind = LM_L_SERIAL;
+    a->loops[l].point = 1;
+  }
+  a->npar = 0;
+  mg m;
+  if (mg_begin(&m, a, b, x)) append_block(&m, -1, -1);
+  else m.ok = 0;
+  return mg_end(&m);
+}
+
+int lm_schedule_join(lm_plan *plan) { return fold_kernels(plan, 1, join_one); }
+
+/* ---------------------------------------------------------------- elementwise epilogues */
+
+/* A kernel Y that is elementwise (parallel loops only) and reads a buffer that an earlier
+ * kernel X stores at each point of the same domain, at the very index X stores it, runs inside
+ * X: a matmul's tanh tail, a derivative of it, a bias's broadcast. X's loops around the store
+ * (parallel, or serial over independent points after the interchange) stand for Y's parallel
+ * loops; Y's innermost loop becomes a loop of its own right after the one holding the store,
+ * reading back what X stored in that iteration of the loops around (still in cache). Fusing
+ * Y's statements into the store's loop itself would save the loads but change what the C
+ * compiler makes of that loop: clang then no longer vectorises a matmul's exp2 tail, scalar
+ * expf replaces libmvec's, and results differ in the last bits. Y must not touch what X
+ * writes otherwise, nor store what X reads, and moves up past the kernels between only when
+ * independent of them. Bitwise identical. (A pass, not a rule: it joins two kernels of the
+ * plan, which the search's kernel-local rules do not see; lowering cannot place the tail
+ * there itself, because it materialises a node once per kernel, at its own domain.) */
+
+static int store_count(const lm_kernel *k, uint32_t buf, uint32_t *at) {
+  int n = 0;
+  for (size_t i = 0; i < k->nstmts; i++)
+    if (k->stmts[i].op == LM_S_STORE && !k->stmts[i].local && k->stmts[i].buf == buf) n++, *at = (uint32_t)i;
+  return n;
+}
+
+/* Y's block `yl` (-1: its root; Y's parallel loops nest one per level) into X's block `into`,
+ * before X's loop `before` (-1: at the end). Levels above depth - 1 are X's chain loops; Y's
+ * innermost loop becomes a new loop at the end of chain[depth - 2] (one level deep: Y's
+ * statements follow X's store in its loop, taking the stored value `fwd_val`). */
+static void place_epilogue(mg *m, const int32_t *chain, int depth, int32_t yl, int level, int32_t into,
+                           int32_t before, uint32_t fwd_buf, uint32_t fwd_val) {
+  const lm_kernel *y = m->b;
+  const lm_block *blk = yl < 0 ? &y->root : &y->loops[yl].body;
+  for (size_t i = 0; i < blk->n && m->ok; i++) {
+    lm_item it = blk->items[i];
+    if (it.is_loop) {
+      int next = level + 1;
+      if (depth >= 2 && next == depth - 1) { /* Y's innermost loop, after the store's */
+        int32_t nl = lm_kernel_add_loop(m->a, chain[depth - 2], y->loops[it.id].extent, LM_L_SERIAL);
+        if (nl < 0) {
+          m->ok = 0;
+          return;
+        }
+        m->a->loops[nl].point = 1;
+        m->vmap[it.id] = lm_x_var(m->x, nl);
+        place_epilogue(m, chain, depth, (int32_t)it.id, next, nl, -1, fwd_buf, fwd_val);
+      } else {
+        m->vmap[it.id] = lm_x_var(m->x, chain[next]);
+        place_epilogue(m, chain, depth, (int32_t)it.id, next, chain[next], next + 1 < depth ? chain[next + 1] : -1,
+                       fwd_buf, fwd_val);
+      }
+      continue;
+    }
+    const lm_stmt *s = &y->stmts[it.id];
+    if (depth == 1 && s->op == LM_S_LOAD && !s->local && s->buf == fwd_buf) {
+      m->smap[it.id] = fwd_val;
+      continue;
+    }
+    lm_stmt n = remap_stmt(m, it.id, into);
+    uint32_t id = lm_kernel_add_stmt(m->a, &n, before);
+    if (id == UINT32_MAX) m->ok = 0;
+    m->smap[it.id] = id;
+  }
+}
+
+/* Y into X when it fits (see above); 1 when done, 0 when not, -1 when memory ran out. */
+static int epilogue_into(lm_exprs *x, lm_kernel *X, const lm_kernel *Y) {
+  if (X->group || Y->group || X->fixed || Y->fixed || X->contract != Y->contract) return 0;
+  if (Y->npar < 1 || (size_t)Y->npar != Y->nloops || Y->nlocals || Y->npar > LM_MAX_RANK) return 0;
+  uint32_t buf = UINT32_MAX, store = 0;
+  for (size_t i = 0; i < Y->nstmts; i++) { /* the one buffer of X's that Y reads */
+    const lm_stmt *s = &Y->stmts[i];
+    if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
+    if (s->op == LM_S_STORE && (reads_or_writes(X, s->buf, 0) || reads_or_writes(X, s->buf, 1))) return 0;
+    if (s->op == LM_S_LOAD && reads_or_writes(X, s->buf, 1)) {
+      if (buf != UINT32_MAX && buf != s->buf) return 0;
+      buf = s->buf;
+    }
+  }
+  if (buf == UINT32_MAX || store_count(X, buf, &store) != 1) return 0;
+  const lm_stmt *st = &X->stmts[store];
+  if (!lm_x_is_const(x, st->valid, 1)) return 0;
+  int32_t chain[LM_MAX_RANK];
+  int depth = 0;
+  for (int32_t l = st->loop; l >= 0; l = X->loops[l].parent) {
+    const lm_loop *lp = &X->loops[l];
+    if (depth == Y->npar || !(lp->kind == LM_L_PARALLEL || (lp->kind == LM_L_SERIAL && lp->point))) return 0;
+    chain[depth++] = l;
+  }
+  if (depth != Y->npar) return 0;
+  for (int i = 0; i < depth / 2; i++) {
+    int32_t t = chain[i];
+    chain[i] = chain[depth - 1 - i];
+    chain[depth - 1 - i] = t;
+  }
+  lm_expr vmap[LM_MAX_RANK + 1] = {0};
+  for (int l = 0; l < depth; l++) {
+    if (X->loops[chain[l]].extent != Y->loops[l].extent) return 0;
+    vmap[l] = lm_x_var(x, chain[l]);
+  }
+  for (size_t i = 0; i < Y->nstmts; i++) { /* every read of the buffer: the stored point */
+    const lm_stmt *s = &Y->stmts[i];
+    if (s->op != LM_S_LOAD || s->local || s->buf != buf) continue;
+    if (s->loop != Y->npar - 1 || !lm_x_is_const(x, s->valid, 1)) return 0;
+    lm_expr d = lm_x_simplify(x, lm_x_sub(x, lm_x_subst(x, s->idx, vmap, depth), st->idx), NULL);
+    if (!d || !lm_x_is_const(x, d, 0)) return 0;
+  }
+  memset(vmap, 0, sizeof vmap); /* set again as Y's loops are placed */
+  mg m = {.a = X, .b = Y, .x = x, .vmap = vmap, .ok = 1};
+  m.smap = lm_calloc(Y->nstmts + 1, sizeof *m.smap);
+  if (!m.smap) return -1;
+  place_epilogue(&m, chain, depth, -1, -1, -1, chain[0], buf, st->a);
+  lm_free(m.smap);
+  return m.ok && !x->failed ? 1 : -1;
+}
+
+static int epilogue_one(lm_plan *plan, size_t out, lm_kernel *y, int back) {
+  for (size_t j = out; j-- > 0 && out - j <= (size_t)back;) {
+    int done = epilogue_into(&plan->g->x, &plan->kernels[j], y);
+    if (done) return done;
+    if (!independent(&plan->kernels[j], y)) break;
+  }
+  return 0;
+}
+
+int lm_schedule_epilogue(lm_plan *plan) { return fold_kernels(plan, LM_MERGE_BACK, epilogue_one); }

@@ -1,11 +1,12 @@
-/* Tests for the compile-only path of `rltrain compile ENV --target cuda` (compiler/nvrtc.h), which
+/* Tests for the compile-only path of `rltrain compile ENV --target cuda` (train/iteration.h), which
  * needs NVRTC but no GPU:
  * - for every registered env, every kernel of one training iteration (rollout scan, bootstrap
  *   prep, GAE scan, minibatch update) compiles to CUBIN for sm_90, ptxas reports a register
  *   count for each, and the rollout's kernels spill nothing to local memory;
  * - a compile error carries the NVRTC log and the source, and names a file that keeps both;
  * - the ptxas -v parser on a log as NVRTC writes it; the CUBIN cache returns what NVRTC made;
- * - bad targets and architectures are refused, naming them.
+ * - bad targets and architectures are refused, naming them;
+ * - on the c target (no NVRTC needed), CartPole's minibatch update stays within its kernel count.
  * Skipped, saying so, when libnvrtc cannot be loaded. */
 #define _DEFAULT_SOURCE /* mkdtemp, setenv */
 #include <criterion/criterion.h>
@@ -18,6 +19,7 @@
 
 #include "lumen/lumen.h"
 #include "nvrtc.h"
+#include "../train/iteration.h"
 #include "support/timeout.h"
 
 #define OK(call)                                                                                   \
@@ -129,6 +131,27 @@ Test(compile_cuda, bad_targets_and_architectures_are_refused_naming_them) {
   cr_assert_eq(r.n, 0);
   cr_assert_neq(lm_compile_iteration("no-such-env", LM_TARGET_CUDA, NULL, &r), LM_OK);
   cr_assert(strstr(lm_last_error(), "no-such-env"), "%s", lm_last_error());
+}
+
+/* ================================================================ the c target */
+
+/* The kernels of CartPole's PPO minibatch update on the c target (as the cpu backend builds
+ * them): 62 before elementwise epilogues and one-thread joins (compiler/schedule.c), 27 with
+ * them; issue 24 wants 8. Holds what was reached, so a pass that stops firing is caught. */
+Test(compile_c, the_cartpole_update_takes_at_most_27_kernels_on_the_c_target, .timeout = LM_TIMEOUT(120)) {
+  lm_compile_report r;
+  lm_status st = lm_compile_iteration("cartpole", LM_TARGET_C, NULL, &r);
+  if (st == LM_ERR_UNSUPPORTED) cr_skip_test("no C compiler: %s", lm_last_error());
+  cr_assert_eq(st, LM_OK, "%s: %s", lm_status_name(st), lm_last_error());
+  int update = 0, rollout = 0;
+  for (size_t k = 0; k < r.n; k++) {
+    update += !strcmp(r.kernels[k].graph, "update");
+    rollout += !strcmp(r.kernels[k].graph, "rollout");
+  }
+  cr_log_info("cartpole on c: %d update kernels, %d rollout kernels, %zu in all", update, rollout, r.n);
+  cr_assert_eq(rollout, 1, "the rollout is one fused scan: %d kernels", rollout);
+  cr_assert(update >= 1 && update <= 27, "the minibatch update took %d kernels", update);
+  lm_compile_report_free(&r);
 }
 
 /* ================================================================ ptxas -v */

@@ -1357,6 +1357,25 @@ Test(cli, a_file_for_another_env_unknown_envs_and_unreadable_files_are_clear_err
   cr_assert_eq(rltrain("record cartpole /tmp/x.csv --episodes 0", out, sizeof out), 2, "%s", out);
 }
 
+/* `rltrain compile --passes` lists the compiler's pass table, every row with its dialects,
+ * precondition and switch; `compile cartpole --target c` ends with the kernels per graph. */
+Test(cli, compile_lists_the_pass_table_and_the_kernels_per_graph, .timeout = LM_TIMEOUT(120)) {
+  cr_assert_eq(rltrain("compile --passes", out, sizeof out), 0, "%s", out);
+  static const char *const names[] = {"canonicalise", "lower", "search", "interchange", "epilogue", "merge", "join",
+                                      "scan-fuse", "lanes", "inplace", "columns", "lazy", "gpu-workgroups"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    char row[64];
+    snprintf(row, sizeof row, "\n%s ", names[i]);
+    cr_assert(strstr(out, row), "no row for %s:\n%s", names[i], out);
+  }
+  cr_assert(strstr(out, "LUMEN_NO_JOIN") && strstr(out, "LUMEN_NO_LAZY"), "switches missing:\n%s", out);
+  cr_assert_eq(rltrain("compile --passes cartpole", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "--passes takes no ENV"), "%s", out);
+  cr_assert_eq(rltrain("compile cartpole --target c", out, sizeof out), 0, "%s", out);
+  const char *per = strstr(out, "kernels per graph: rollout 1 prep ");
+  cr_assert(per && strstr(per, " update "), "no kernels per graph line:\n%s", out);
+}
+
 Test(cli, unknown_envs_and_options_are_refused_and_help_and_version_work) {
   cr_assert_eq(rltrain("cartpole --help", out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "--total-steps") && strstr(out, "--stepper"), "%s", out);

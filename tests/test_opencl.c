@@ -811,6 +811,7 @@ Test(device_gpu_schedule, tree_reductions_of_long_rows_match_ref, .timeout = LM_
 /* ================================================================ opencl only */
 
 #include "nvrtc.h" /* lm_opencl_build_check */
+#include "../train/iteration.h" /* lm_compile_iteration */
 
 Test(opencl, lumen_opencl_device_that_matches_nothing_fails_listing_the_devices) {
   lm_backend_free(open_device()); /* skips without a platform */

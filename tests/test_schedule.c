@@ -4,7 +4,9 @@
  * temporaries and arena sizes, loop-invariant hoisting in the plan text, lm_memplan itself on
  * random interval sets (no two buffers alive together share a byte, offsets aligned, the arena
  * never exceeds the sum), and a kernel that indexes an operand after inlining many reductions
- * (run it under the sanitizer build: a stale loop-extent table is a use-after-free there).
+ * (run it under the sanitizer build: a stale loop-extent table is a use-after-free there), and
+ * a clipped-Adam MLP update with elementwise epilogues and one-thread joins (lm_schedule_epilogue,
+ * lm_schedule_join), each alone and both, against neither: fewer kernels, the same bits.
  *
  * Plans come from lm_lower on the graph canonicalised as the cpu backend does it
  * (LM_CANON_EXACT). Where the values are checked too, the cpu backend is compared with the ref
@@ -618,6 +620,106 @@ Test(schedule, the_batched_cartpole_step_with_auto_reset_and_rand_is_one_kernel)
   OK(lm_program_get_stats(p, &s));
   cr_assert_eq(s.kernels, 1, "the batched step took %d kernels", s.kernels);
   lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+/* ================================================================ epilogues and one-thread joins */
+
+/* A 2-layer tanh MLP's MSE loss, its gradient and Adam with global-norm clipping over a symbolic
+ * batch: the update of a PPO minibatch in miniature. */
+static lm_graph_t *mlp_update_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 4});
+  lm_tensor y = lm_input(g, "y", LM_ROLE_DATA, 2, (lm_dim[]){N, 3});
+  lm_tensor w1 = lm_input(g, "W1", LM_ROLE_PARAM, 2, (lm_dim[]){4, 32});
+  lm_tensor b1 = lm_input(g, "b1", LM_ROLE_PARAM, 1, (lm_dim[]){32});
+  lm_tensor w2 = lm_input(g, "W2", LM_ROLE_PARAM, 2, (lm_dim[]){32, 32});
+  lm_tensor b2 = lm_input(g, "b2", LM_ROLE_PARAM, 1, (lm_dim[]){32});
+  lm_tensor w3 = lm_input(g, "W3", LM_ROLE_PARAM, 2, (lm_dim[]){32, 3});
+  lm_tensor b3 = lm_input(g, "b3", LM_ROLE_PARAM, 1, (lm_dim[]){3});
+  lm_tensor h = lm_tanh(lm_add(lm_matmul(x, w1), b1));
+  h = lm_tanh(lm_add(lm_matmul(h, w2), b2));
+  lm_tensor loss = lm_loss_mse(lm_add(lm_matmul(h, w3), b3), y);
+  lm_tensor ps[6] = {w1, b1, w2, b2, w3, b3}, gs[6];
+  OK(lm_grad(loss, ps, 6, gs));
+  lm_adam_cfg cfg = lm_optim_adam_defaults();
+  cfg.max_grad_norm = 0.5f;
+  lm_tensor norm;
+  OK(lm_optim_adam(&cfg, ps, gs, 6, &norm));
+  OK(lm_output(loss, "loss"));
+  OK(lm_output(norm, "norm"));
+  return g;
+}
+
+static const char *const update_state[] = {"loss", "norm", "W1", "b1", "W2", "b2", "W3", "b3"};
+enum { UPDATE_STATE = sizeof update_state / sizeof *update_state };
+
+/* Three update steps on cpu with the passes in `passes` (1: epilogues, 2: joins; the others
+ * off through their switches); every value read back. */
+static float *run_updates(lm_backend_t *b, const lm_graph_t *g, int passes, int *kernels, size_t *total) {
+  if (!(passes & 1)) setenv("LUMEN_NO_EPILOGUE", "1", 1);
+  if (!(passes & 2)) setenv("LUMEN_NO_JOIN", "1", 1);
+  lm_program_t *p = lm_program_new(b, g);
+  unsetenv("LUMEN_NO_EPILOGUE");
+  unsetenv("LUMEN_NO_JOIN");
+  cr_assert(p, "%s", lm_last_error());
+  OK(lm_program_bind(p, "N", 37));
+  check_rng r = check_rng_new(0xe9110603);
+  static const char *const in[] = {"x", "y", "W1", "b1", "W2", "b2", "W3", "b3"};
+  for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+    size_t n = 0;
+    OK(lm_program_numel(p, in[i], &n));
+    float *v = malloc(n * sizeof *v);
+    cr_assert(v);
+    check_fill(&r, v, n, -0.7, 0.7, 0.01);
+    OK(lm_program_write(p, in[i], v, n));
+    free(v);
+  }
+  OK(lm_program_write(p, "lr", (float[]){1e-2f}, 1));
+  for (int step = 0; step < 3; step++) OK(lm_program_run(p));
+  lm_program_stats s;
+  OK(lm_program_get_stats(p, &s));
+  *kernels = s.kernels;
+  size_t n[UPDATE_STATE], sum = 0;
+  for (int i = 0; i < UPDATE_STATE; i++) {
+    OK(lm_program_numel(p, update_state[i], &n[i]));
+    sum += n[i];
+  }
+  float *all = malloc(sum * sizeof *all), *at = all;
+  cr_assert(all);
+  for (int i = 0; i < UPDATE_STATE; i++) {
+    OK(lm_program_read(p, update_state[i], at, n[i]));
+    at += n[i];
+  }
+  *total = sum;
+  lm_program_free(p);
+  return all;
+}
+
+/* Epilogues and joins change which kernels run, not a bit of what they compute (each pass alone
+ * and both), and together they cut the kernel count by more than a third. */
+Test(schedule, update_epilogues_and_one_thread_joins_cut_kernels_with_the_same_bits) {
+  lm_graph_t *g = mlp_update_graph();
+  lm_backend_t *b = lm_backend_new("cpu");
+  cr_assert(b, "%s", lm_last_error());
+  int k[4] = {0};
+  size_t n[4] = {0};
+  float *v[4];
+  for (int c = 0; c < 4; c++) v[c] = run_updates(b, g, c, &k[c], &n[c]);
+  cr_log_info("MLP loss + gradient + clipped Adam: %d kernels plain, %d with epilogues, %d with joins, %d with both",
+              k[0], k[1], k[2], k[3]);
+  for (int c = 1; c < 4; c++) {
+    cr_assert_eq(n[c], n[0]);
+    for (size_t i = 0; i < n[0]; i++)
+      cr_assert(!memcmp(&v[c][i], &v[0][i], sizeof(float)), "passes %d, value %zu: %.9g, plain %.9g", c, i,
+                v[c][i], v[0][i]);
+  }
+  cr_assert_lt(k[1], k[0], "epilogues: %d kernels, plain %d", k[1], k[0]);
+  cr_assert_lt(k[2], k[0], "joins: %d kernels, plain %d", k[2], k[0]);
+  cr_assert_lt(3 * k[3], 2 * k[0], "both: %d kernels, plain %d", k[3], k[0]);
+  for (int c = 0; c < 4; c++) free(v[c]);
   lm_backend_free(b);
   lm_graph_free(g);
 }

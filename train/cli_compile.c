@@ -1,19 +1,22 @@
 /* train/cli_compile.c — `rltrain compile ENV --target cuda|opencl|c [--arch sm_90]`: builds every
  * kernel of one training iteration of ENV for a target without running it (the work is
- * lm_compile_iteration, compiler/nvrtc.h) and prints one row per kernel: graph, kernel,
- * registers and spill bytes (cuda: from ptxas), stack frame. Exit 0 when every kernel compiled,
- * 1 on a compile failure (with the compiler's log), 2 on bad usage. */
+ * lm_compile_iteration, train/iteration.h) and prints one row per kernel: graph, kernel,
+ * registers and spill bytes (cuda: from ptxas), stack frame, then the kernels per graph.
+ * `rltrain compile --passes` lists the compiler's pass table (compiler/compile.c). Exit 0 when
+ * every kernel compiled, 1 on a compile failure (with the compiler's log), 2 on bad usage. */
 #include <stdio.h>
 #include <string.h>
 
-#include "../compiler/nvrtc.h"
+#include "iteration.h"
 #include "cli.h"
+#include "compiler/compile.h"
 #include "compiler/msl_check.h"
 #include "lumen/env.h"
 #include "lumen/lumen.h"
 
 static int usage(FILE *out, int code) {
   fputs("usage: rltrain compile ENV --target cuda|opencl|metal|c [--arch sm_XX]\n"
+        "       rltrain compile --passes\n"
         "\n"
         "Builds every kernel of one training iteration of ENV (rollout scan, bootstrap prep, GAE\n"
         "scan, minibatch update; PPO defaults for ENV) and compiles it for the target:\n"
@@ -22,6 +25,8 @@ static int usage(FILE *out, int code) {
         "  opencl  clBuildProgram on the OpenCL device the opencl backend picks\n"
         "          ($LUMEN_OPENCL_DEVICE); needs an OpenCL platform (e.g. PoCL).\n"
         "  c       the system C compiler the cpu backend uses.\n"
+        "--passes lists the compiler's passes in the order they run: name, dialects, precondition,\n"
+        "the environment variable that switches one off (for experiments), and what it does.\n"
         "Exit status: 0 all kernels compiled, 1 a compile failed (its log is printed), 2 bad usage\n"
         "(an unknown env, target or --arch).\n",
         out);
@@ -60,11 +65,28 @@ static int compile_metal(const char *env_name) {
   return rc;
 }
 
+/* --passes: the pass table */
+static int list_passes(void) {
+  printf("%-15s %-12s %-55s %-22s %s\n", "pass", "dialects", "when", "off", "what");
+  for (int i = 0; lm_compile_pass(i); i++) {
+    const lm_pass_info *p = lm_compile_pass(i);
+    printf("%-15s %-12s %-55s %-22s %s\n", p->name, p->dialects, p->when, p->off ? p->off : "-", p->what);
+  }
+  return 0;
+}
+
 int lm_cli_compile(int argc, char **argv) {
   const char *env = NULL, *target_name = NULL, *arch = NULL;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
+    if (!strcmp(a, "--passes")) {
+      if (argc != 1) {
+        fprintf(stderr, "rltrain compile: --passes takes no ENV or other options\n");
+        return usage(stderr, 2);
+      }
+      return list_passes();
+    }
     if (!strcmp(a, "--target") || !strcmp(a, "--arch")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "rltrain compile: %s needs a value\n", a);
@@ -126,6 +148,16 @@ int lm_cli_compile(int argc, char **argv) {
     }
   }
   size_t n = r.n;
+  if (n) { /* kernels per graph, in the order the graphs come */
+    printf("kernels per graph:");
+    for (size_t i = 0; i < r.n; i++) {
+      if (i && !strcmp(r.kernels[i - 1].graph, r.kernels[i].graph)) continue;
+      int c = 0;
+      for (size_t j = i; j < r.n && !strcmp(r.kernels[j].graph, r.kernels[i].graph); j++) c++;
+      printf(" %s %d", r.kernels[i].graph, c);
+    }
+    printf("\n");
+  }
   lm_compile_report_free(&r);
   if (st != LM_OK) {
     fprintf(stderr, "rltrain compile: %s: %s\n", lm_status_name(st), lm_last_error());

@@ -42,6 +42,7 @@ static void print_usage(FILE *out) {
         "  compile ENV --target cuda|opencl|metal|c [--arch sm_90]\n"
         "                            build every kernel of ENV's training iteration for a target\n"
         "                            (no device needed for cuda), with registers and spills\n"
+        "  compile --passes          list the compiler's passes: dialects, precondition, switch\n"
         "  --version                 print the lumen version\n"
         "  help                      show this help (also -h, --help)\n"
         "\n"

@@ -133,7 +133,7 @@ static lm_status prepare_lanes(void *ctx, lm_graph_t *g, const lm_scan_info *sca
   lm_compiled comp;
   lm_search_options so;
   lm_search_options_init(&so); /* budget from $LUMEN_SEARCH_BUDGET; 0 = the default schedule */
-  lm_compile_options co = {.search = &so, .interchange = 1, .stage = 1, .lanes = lanes};
+  lm_compile_options co = {.search = &so, .interchange = 1, .stage = 1, .lanes = lanes, .join = 1};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;

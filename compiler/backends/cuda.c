@@ -419,12 +419,11 @@ static lm_status cuda_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan
   /* a search ($LUMEN_SEARCH_BUDGET > 0) times its candidates on this GPU */
   lm_search_options so;
   lm_search_options_init(&so);
-  lm_compile_options co = {.search = &so, .device = &sd};
+  lm_compile_options co = {.search = &so, .device = &sd, .gpu = sd.gpu};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (sd.gpu) lm_schedule_gpu(x->plan, &go);
   st = LM_ERR_NOMEM;
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   x->base = lm_calloc(x->plan->nbufs + 1, sizeof *x->base);

@@ -515,12 +515,11 @@ static lm_status ocl_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
    * the work-group schedules; what it decides stays as measured */
   lm_search_options so;
   lm_search_options_init(&so);
-  lm_compile_options co = {.search = &so, .device = &sd};
+  lm_compile_options co = {.search = &so, .device = &sd, .gpu = sd.gpu};
   if ((st = lm_compile_ex(g, scan, &co, &comp)) != LM_OK) goto fail;
   x->g = comp.g;
   x->plan = comp.plan;
   x->fused = comp.fused;
-  if (sd.gpu) lm_schedule_gpu(x->plan, &go);
   st = LM_ERR_NOMEM;
   size_t nb = x->plan->nbufs + 1, nk = x->plan->nkernels + 1;
   x->kernels = lm_calloc(nk, sizeof *x->kernels);

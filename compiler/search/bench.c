@@ -141,7 +141,7 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
   a.dev = b.dev = dev;
   /* a: the default schedule; b: the lowered plan, which the search rewrites (it applies the default
    * schedule's rewrites itself where it keeps a kernel) */
-  static const lm_compile_options cpu_default = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
+  static const lm_compile_options cpu_default = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
   static const lm_compile_options gpu_default = {0};                          /* as the GPU backends */
   if ((st = lm_compile_ex(g, NULL, dev ? &gpu_default : &cpu_default, &a.comp)) != LM_OK) goto done;
   if (dev && dev->gpu) lm_schedule_gpu(a.comp.plan, dev->gpu);
@@ -157,8 +157,11 @@ lm_status lm_search_bench(const lm_graph_t *g, const char *const *sym_names, con
   st = lm_search_plan_on(b.comp.plan, b.syms, o, &rep, dev);
   out->search_wall_s = lm_search_now() - t0;
   if (st != LM_OK) goto done;
-  /* then the rest of the default pipeline, as lm_compile runs it after the interchange */
-  if (!getenv("LUMEN_NO_MERGE") && lm_schedule_merge(b.comp.plan) < 0) {
+  /* then the rest of the default pipeline, as lm_compile runs it after the interchange (on the
+   * cpu: epilogues, merge, joins; they leave the kernels the search measured alone) */
+  if ((!dev && !getenv("LUMEN_NO_EPILOGUE") && lm_schedule_epilogue(b.comp.plan) < 0) ||
+      (!getenv("LUMEN_NO_MERGE") && lm_schedule_merge(b.comp.plan, LM_MERGE_BACK) < 0) ||
+      (!dev && !getenv("LUMEN_NO_JOIN") && lm_schedule_join(b.comp.plan) < 0)) {
     st = lm_fail(LM_ERR_NOMEM, "search bench: out of memory merging kernels");
     goto done;
   }
