@@ -715,6 +715,16 @@ static int reads_or_writes(const lm_kernel *k, uint32_t buf, int write) {
   return 0;
 }
 
+/* Neither kernel reads or writes what the other writes: they may run in either order. */
+static int independent(const lm_kernel *a, const lm_kernel *b) {
+  for (size_t i = 0; i < b->nstmts; i++) {
+    const lm_stmt *s = &b->stmts[i];
+    if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
+    if (reads_or_writes(a, s->buf, 1) || (s->op == LM_S_STORE && reads_or_writes(a, s->buf, 0))) return 0;
+  }
+  return 1;
+}
+
 /* The same outer parallel loops (b's domain a prefix of a's), and neither reads what the
  * other writes. */
 static int mergeable(const lm_kernel *a, const lm_kernel *b) {
@@ -731,30 +741,12 @@ static int mergeable(const lm_kernel *a, const lm_kernel *b) {
     for (size_t j = 0; j < a->nbufs && !in_a; j++) in_a = a->bufs[j] == b->bufs[i];
     both += !in_a;
   }
-  if (both > MAX_MERGED_BUFS) return 0;
-  for (size_t i = 0; i < b->nstmts; i++) {
-    const lm_stmt *s = &b->stmts[i];
-    if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
-    if (s->op == LM_S_LOAD && reads_or_writes(a, s->buf, 1)) return 0;
-    if (s->op == LM_S_STORE && (reads_or_writes(a, s->buf, 0) || reads_or_writes(a, s->buf, 1))) return 0;
-  }
-  return 1;
+  return both <= MAX_MERGED_BUFS && independent(a, b);
 }
-
-/* Neither kernel reads or writes what the other writes: they may run in either order. */
-static int independent(const lm_kernel *a, const lm_kernel *b) {
-  for (size_t i = 0; i < b->nstmts; i++) {
-    const lm_stmt *s = &b->stmts[i];
-    if (s->local || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
-    if (reads_or_writes(a, s->buf, 1) || (s->op == LM_S_STORE && reads_or_writes(a, s->buf, 0))) return 0;
-  }
-  return 1;
-}
-
 
 /* Every kernel b, in launch order, offered to `absorb` with the kernels kept before it
- * (kernels[0..out-1]; it may look `back` of them back): 1 when b went into one of them (b is then freed), 0 when b stays, -1 when
- * memory ran out. Returns how many were absorbed, or -1. */
+ * (kernels[0..out-1], of which it may look `back`): 1 when b went into one of them (b is then
+ * freed), 0 when b stays, -1 when memory ran out. Returns how many were absorbed, or -1. */
 static int fold_kernels(lm_plan *plan, int back, int (*absorb)(lm_plan *, size_t out, lm_kernel *b, int back)) {
   int absorbed = 0;
   size_t out = 0;
