@@ -12,10 +12,12 @@
  * per env-step. A copy qualifies when
  *   - it is a nest of loops holding nothing but dst[e] = src[e] (local arrays, one index e);
  *   - src is stored once in the kernel (P, in the copy's block, in a loop nest with the extents
- *     of the copy's, none of them sparse, at the index that maps to e) and loaded only by the
- *     copy;
+ *     of the copy's, none of them sparse, at the index that maps to e) and loaded by the copy
+ *     and, at any element, in items after P's (those loads then read dst: a sticky action is
+ *     both the next carry and what the rest of the step acts on);
  *   - every load of dst in the copy's block is in an item before P's, or in P's own loop at P's
  *     index; no other store of dst sits in that block. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -53,8 +55,14 @@ static int32_t stmt_item(const ip *c, uint32_t s) {
 }
 
 /* Does P's index name a different element at every point of its loops (the non-unit ones in
- * pchain, n of them, with all their extents' product at most MAX_POINTS)? */
-enum { MAX_POINTS = 4096 };
+ * pchain, n of them, with all their extents' product at most MAX_POINTS)? Every point's element,
+ * sorted: no two alike. */
+enum { MAX_POINTS = 1 << 20 };
+
+static int cmp_i64(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
 
 static int injective(const ip *c, const lm_stmt *P, const int32_t *pchain, int n) {
   const lm_kernel *k = c->k;
@@ -65,17 +73,17 @@ static int injective(const ip *c, const lm_stmt *P, const int32_t *pchain, int n
     if (e->op != LM_X_CONST || e->v < 1 || (total *= e->v) > MAX_POINTS) return 0;
     ext[i] = e->v;
   }
-  int64_t *vars = lm_calloc(k->nloops + 1, sizeof *vars), *seen = lm_calloc((size_t)total, sizeof *seen);
-  int ok = vars && seen;
+  int64_t *vars = lm_calloc(k->nloops + 1, sizeof *vars), *at = lm_calloc((size_t)total, sizeof *at);
+  int ok = vars && at;
   for (int64_t pt = 0; pt < total && ok; pt++) {
     int64_t r = pt;
     for (int i = 0; i < n; i++) vars[pchain[i]] = r % ext[i], r /= ext[i];
-    int64_t at = lm_x_eval(c->x, P->idx, vars, NULL);
-    for (int64_t q = 0; q < pt && ok; q++) ok = seen[q] != at;
-    seen[pt] = at;
+    at[pt] = lm_x_eval(c->x, P->idx, vars, NULL);
   }
+  if (ok) qsort(at, (size_t)total, sizeof *at, cmp_i64);
+  for (int64_t pt = 1; pt < total && ok; pt++) ok = at[pt - 1] != at[pt];
   lm_free(vars);
-  lm_free(seen);
+  lm_free(at);
   return ok;
 }
 
@@ -131,11 +139,14 @@ static int try_copy(ip *c, size_t ci) {
       if (P != UINT32_MAX) return 0;
       P = (uint32_t)i;
     }
-    if (s->buf == src && s->op == LM_S_LOAD && i != ld) return 0;
   }
   if (P == UINT32_MAX || k->stmts[P].loop < 0 || k->stmts[P].loop == c->B) return 0;
   int32_t pi = top_item(c, k->stmts[P].loop);
   if (pi < 0 || (size_t)pi >= ci) return 0;
+  for (size_t i = 0; i < k->nstmts; i++) /* other reads of src: after P's loop, where dst holds the same */
+    if (k->stmts[i].local && k->stmts[i].op == LM_S_LOAD && k->stmts[i].buf == src && i != ld &&
+        stmt_item(c, (uint32_t)i) <= pi)
+      return 0;
   /* P's loops down from B and the copy's, loops of extent 1 aside (their variables are 0): the
    * same extents, and P's index maps onto the copy's */
   lm_expr map[64] = {0}, cmap[64] = {0};
@@ -173,6 +184,8 @@ static int try_copy(ip *c, size_t ci) {
     if (s->loop != ps->loop || s->idx != ps->idx || !lm_x_is_const(c->x, s->valid, 1)) return 0;
   }
   k->stmts[P].buf = dst;
+  for (size_t i = 0; i < k->nstmts; i++)
+    if (k->stmts[i].local && k->stmts[i].op == LM_S_LOAD && k->stmts[i].buf == src && i != ld) k->stmts[i].buf = dst;
   to_end(k, P);
   memmove(&bb->items[ci], &bb->items[ci + 1], (bb->n - ci - 1) * sizeof *bb->items);
   bb->n--;

@@ -342,6 +342,7 @@ typedef struct rk {
   uint8_t *bufrd, *bufwr; /* per plan buffer */
   uint8_t *symuse;  /* per symbol */
   uint8_t *vary;    /* per statement: eight lanes of a vec loop (C dialect) */
+  uint8_t *spec;    /* per statement: a guarded load read unconditionally (see choose_speculation) */
   /* C dialect: modulos by a symbolic divisor of an index that steps by the same amount each
    * iteration of an open loop, kept as a running remainder q<loop>_<n> (strength_reduce) */
   struct srmod {
@@ -464,6 +465,16 @@ static void liveness(rk *r) {
  * nothing but pure statements in between, prints inside its reader. */
 enum { INLINE_DISTANCE = 16 };
 
+static int trivially_valid(rk *r, lm_expr valid) { return !valid || lm_x_is_const(r->x, valid, 1); }
+
+/* C dialect: statement u picks its operand under a guard (a select that is not always or never
+ * taken): an operand inlined there is evaluated only where the guard holds. */
+static int guarded_pick(rk *r, uint32_t u) {
+  const lm_stmt *s = &r->k->stmts[u];
+  return r->dia == LM_DIALECT_C && s->op == LM_S_SELECT && !trivially_valid(r, s->valid) &&
+         !lm_x_is_const(r->x, s->valid, 0);
+}
+
 static void choose_inline(rk *r) {
   const lm_kernel *k = r->k;
   for (size_t i = 0; i < k->nstmts; i++) {
@@ -475,6 +486,7 @@ static void choose_inline(rk *r) {
     }
     uint32_t u = r->user[i];
     if (r->uses[i] != 1 || r->blk[u] != r->blk[i] || r->pos[u] <= r->pos[i]) continue;
+    if (s->op == LM_S_LOAD && guarded_pick(r, u)) continue; /* see choose_speculation */
     const lm_block *b = block_of(k, r->blk[i]);
     int ok = 1, between = 0;
     for (uint32_t j = r->pos[i] + 1; j < r->pos[u] && ok; j++) {
@@ -487,6 +499,29 @@ static void choose_inline(rk *r) {
      * sum after another, and the C compiler would keep every shared term live across them */
     int partial = s->op == LM_S_ADD || s->op == LM_S_MAX;
     r->inl[i] = (uint8_t)(ok && (!partial || between <= INLINE_DISTANCE));
+  }
+}
+
+/* C dialect: loads under a guard read unconditionally. A select's operand that is a load (the
+ * IR reads it at every point, so it is inside its array) is not inlined into the select (see
+ * choose_inline), and a guarded load of a local array whose index is inside the array at every
+ * point of its loops, guard or not, is read into u<id> where it stands; the guard then picks
+ * between that value and 0: the same value where the guard holds. Printed as `g ? l[i] : 0`
+ * the C compiler must keep the load under the branch (it cannot tell the index stays inside the
+ * array), and a lane loop holding such a pick does not vectorise: Space Invaders' state update,
+ * whose 8 scalar columns are each picked from their own array under a column guard, ran scalar
+ * over all 308 columns. */
+static void choose_speculation(rk *r) {
+  const lm_kernel *k = r->k;
+  if (r->dia != LM_DIALECT_C) return;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!r->live[i] || s->op != LM_S_LOAD || !s->local || r->vary[i] || s->buf >= k->nlocals ||
+        trivially_valid(r, s->valid) || lm_x_is_const(r->x, s->valid, 0))
+      continue;
+    lm_expr last = lm_x_const(r->x, k->locals[s->buf] - 1);
+    r->spec[i] = (uint8_t)(last && lm_x_prove_ge(r->x, s->idx, r->zero, &r->xc) &&
+                           lm_x_prove_ge(r->x, last, s->idx, &r->xc));
   }
 }
 
@@ -673,8 +708,6 @@ static void print_x(rk *r, lm_sb *sb, lm_expr e, int outer, int wide) {
   if (p < outer) lm_sb_puts(sb, ")");
 }
 
-static int trivially_valid(rk *r, lm_expr valid) { return !valid || lm_x_is_const(r->x, valid, 1); }
-
 /* Float expressions print with C precedence: `need` is the least precedence the context takes
  * without parentheses (0: anywhere, e.g. a call argument; 1: an operand of +; 2: of *; 3: of
  * a unary or the right side of * and /). Ternaries and negative literals have 0, + has 1,
@@ -710,6 +743,48 @@ static int pow2_divisor(const rk *r, uint32_t b) {
   return isfinite(f) && f >= 1.0f && frexpf(f, &e) == 0.5f;
 }
 
+/* lm_ne and lm_eq as the graph spells them (compiler/ops.c): ne = (a < b) + (b < a), eq =
+ * 1 + -1 * ne, each part printed inside the next. Printed as one test, `a < b || b < a ? 1 : 0`
+ * (and `? 0 : 1`), the value is the same, +0 or 1, NaN included (both tests false: ne 0, eq 1),
+ * where the arithmetic form costs the C compiler two compares, two blends, an add and a
+ * multiply-add per element: Breakout's step, which compares every state column with the ball's
+ * cell, ran 14% faster. *a, *b: the operands of the first test. */
+static int inl_op(const rk *r, uint32_t id, uint8_t op) { return r->inl[id] && r->k->stmts[id].op == op; }
+static int inl_const(const rk *r, uint32_t id, float f) { return inl_op(r, id, LM_S_CONST) && r->k->stmts[id].f == f; }
+
+static int ne_form(const rk *r, uint32_t id, uint32_t *a, uint32_t *b) {
+  const lm_stmt *s = &r->k->stmts[id];
+  if (s->op != LM_S_ADD || !inl_op(r, s->a, LM_S_LT) || !inl_op(r, s->b, LM_S_LT)) return 0;
+  const lm_stmt *p = &r->k->stmts[s->a], *q = &r->k->stmts[s->b];
+  if (p->a != q->b || p->b != q->a) return 0;
+  *a = p->a, *b = p->b;
+  return 1;
+}
+
+static int eq_form(const rk *r, uint32_t id, uint32_t *a, uint32_t *b) {
+  const lm_stmt *s = &r->k->stmts[id];
+  if (s->op != LM_S_ADD) return 0;
+  uint32_t m = inl_const(r, s->a, 1.0f) ? s->b : inl_const(r, s->b, 1.0f) ? s->a : UINT32_MAX;
+  if (m == UINT32_MAX || !inl_op(r, m, LM_S_MUL)) return 0;
+  const lm_stmt *t = &r->k->stmts[m];
+  uint32_t n = inl_const(r, t->a, -1.0f) ? t->b : inl_const(r, t->b, -1.0f) ? t->a : UINT32_MAX;
+  return n != UINT32_MAX && r->inl[n] && ne_form(r, n, a, b);
+}
+
+static void print_test(rk *r, lm_sb *sb, uint32_t a, uint32_t b, int eq, int need) {
+  open_paren(sb, PREC_TERNARY, need);
+  lm_sb_puts(sb, "(");
+  print_value(r, sb, a, PREC_ADD);
+  lm_sb_puts(sb, " < ");
+  print_value(r, sb, b, PREC_ADD);
+  lm_sb_puts(sb, " || ");
+  print_value(r, sb, b, PREC_ADD);
+  lm_sb_puts(sb, " < ");
+  print_value(r, sb, a, PREC_ADD);
+  lm_sb_puts(sb, eq ? ") ? 0.0f : 1.0f" : ") ? 1.0f : 0.0f");
+  close_paren(sb, PREC_TERNARY, need);
+}
+
 static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
   const lm_stmt *s = &r->k->stmts[id];
   const lm_dialect_info *d = r->d;
@@ -731,7 +806,8 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
       lm_sb_puts(sb, "(");
       print_x(r, sb, s->valid, 0, 0);
       lm_sb_puts(sb, ") ? ");
-      if (s->op == LM_S_LOAD) print_load(r, sb, s);
+      if (r->spec[id]) lm_sb_printf(sb, "u%u", id);
+      else if (s->op == LM_S_LOAD) print_load(r, sb, s);
       else print_value(r, sb, s->a, PREC_ADD);
       lm_sb_puts(sb, " : 0.0f");
       close_paren(sb, PREC_TERNARY, need);
@@ -775,13 +851,17 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
     print_value(r, sb, s->a, PREC_MUL + 1);
     close_paren(sb, PREC_MUL, need);
     return;
-  case LM_S_ADD:
+  case LM_S_ADD: {
+    uint32_t ta, tb;
+    if (!r->vary[id] && eq_form(r, id, &ta, &tb)) return print_test(r, sb, ta, tb, 1, need);
+    if (!r->vary[id] && ne_form(r, id, &ta, &tb)) return print_test(r, sb, ta, tb, 0, need);
     open_paren(sb, PREC_ADD, need);
     print_value(r, sb, s->a, PREC_ADD); /* (a + b) + c prints a + b + c */
     lm_sb_puts(sb, " + ");
     print_value(r, sb, s->b, PREC_ADD + 1);
     close_paren(sb, PREC_ADD, need);
     return;
+  }
   case LM_S_MUL: {
     open_paren(sb, PREC_MUL, need);
     /* (1/a) * b keeps its parentheses: / and * mixed read ambiguously */
@@ -825,6 +905,12 @@ static void print_value(rk *r, lm_sb *sb, uint32_t id, int need) {
 
 static void emit_stmt(rk *r, lm_sb *sb, uint32_t id, int ind) {
   const lm_stmt *s = &r->k->stmts[id];
+  if (r->live[id] && r->spec[id]) { /* read here, picked where it is used */
+    indent(sb, ind);
+    lm_sb_printf(sb, "const float u%u = ", id);
+    print_load(r, sb, s);
+    lm_sb_puts(sb, ";\n");
+  }
   if (!r->live[id] || r->inl[id]) return;
   indent(sb, ind);
   switch (s->op) {
@@ -1233,6 +1319,7 @@ static void rk_free(rk *r) {
   lm_free(r->bufwr);
   lm_free(r->symuse);
   lm_free(r->vary);
+  lm_free(r->spec);
 }
 
 /* Appends kernel k to out. LM_OK, LM_ERR_NOMEM or LM_ERR_INVALID (with lm_fail's message). */
@@ -1257,11 +1344,12 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   r.symuse = lm_calloc(x->nsyms + 1, 1);
   r.symname = lm_calloc(x->nsyms + 1, sizeof *r.symname);
   r.vary = lm_calloc(ns, 1);
+  r.spec = lm_calloc(ns, 1);
   r.zero = lm_x_const(x, 0);
   lm_sb body = {0}, head = {0};
   lm_status st = LM_ERR_NOMEM;
   if (!r.ext || !r.live || !r.inl || !r.uses || !r.user || !r.blk || !r.pos || !r.lseen || !r.varuse ||
-      !r.bufrd || !r.bufwr || !r.symuse || !r.symname || !r.vary || !r.zero || !name_symbols(&r))
+      !r.bufrd || !r.bufwr || !r.symuse || !r.symname || !r.vary || !r.spec || !r.zero || !name_symbols(&r))
     goto done;
 
   /* ---- analysis */
@@ -1293,6 +1381,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   if (k->contract && dia == LM_DIALECT_C && has_lanes(k)) fail(&r, "FMAs in a kernel of SIMD lanes");
   if (!r.bad) liveness(&r);
   if (!r.bad) choose_inline(&r);
+  if (!r.bad) choose_speculation(&r);
 
   /* ---- body first: it tells which variables, symbols and buffers the head must bind */
   int base = r.flat || k->npar > 0 ? 1 : 2;

@@ -386,6 +386,51 @@ Test(ops, le_is_exact_with_ties_and_broadcasting) { binary_case("le", lm_le, r_l
 Test(ops, ge_is_exact_with_ties_and_broadcasting) { binary_case("ge", lm_ge, r_ge, fill_ties, 0, 0, 43); }
 Test(ops, eq_is_exact_with_ties_and_broadcasting) { binary_case("eq", lm_eq, r_eq, fill_ties, 0, 0, 44); }
 Test(ops, ne_is_exact_with_ties_and_broadcasting) { binary_case("ne", lm_ne, r_ne, fill_ties, 0, 0, 45); }
+
+/* The C kernels print eq and ne as one test (compiler/render.c, eq_form): the composition's
+ * value, +0 or 1, for every pair, NaN included (eq(NaN, x) = 1 - ((NaN < x) + (x < NaN)) = 1),
+ * inside a larger expression too. cpu and opencl against ref, bit for bit. */
+Test(ops, eq_and_ne_keep_the_compositions_bits_on_every_backend) {
+  const float nan = NAN, inf = INFINITY;
+  enum { K = 8, M = K * K };
+  const float v[K] = {0.0f, -0.0f, 1.0f, -1.0f, nan, inf, -inf, 3.5f};
+  float xs[M], ys[M];
+  for (int i = 0; i < M; i++) xs[i] = v[i / K], ys[i] = v[i % K];
+  lm_graph_t *g = lm_graph_new();
+  lm_tensor x = data(g, "x", 1, (lm_dim[]){M}), y = data(g, "y", 1, (lm_dim[]){M});
+  output(lm_eq(x, y), "eq");
+  output(lm_ne(x, y), "ne");
+  output(lm_add(lm_mul(lm_eq(x, y), lm_const(g, 3.0f)), lm_ne(y, x)), "mix");
+  const char *backends[] = {"ref", "cpu", "opencl"};
+  float got[3][3][M];
+  for (int b = 0; b < 3; b++) {
+    if (b == 2) {
+      char why[256];
+      lm_backend_t *cl = lm_backend_open("opencl", why, sizeof why);
+      if (!cl) {
+        cr_log_info("no OpenCL device (%s): ref and cpu only", why);
+        break;
+      }
+      lm_backend_free(cl);
+    }
+    check_prog p = check_prog_new(g, backends[b]);
+    check_buf in[] = {{"x", xs, M}, {"y", ys, M}};
+    check_buf out[] = {{"eq", got[b][0], M}, {"ne", got[b][1], M}, {"mix", got[b][2], M}};
+    check_prog_run(&p, NULL, 0, in, 2, out, 3);
+    check_prog_free(&p);
+    for (int i = 0; b > 0 && i < 3 * M; i++)
+      cr_assert(!memcmp(&got[b][i / M][i % M], &got[0][i / M][i % M], sizeof(float)),
+                "%s on %s, x = %g, y = %g: %g, ref %g", i / M == 0 ? "eq" : i / M == 1 ? "ne" : "mix",
+                backends[b], (double)xs[i % M], (double)ys[i % M], (double)got[b][i / M][i % M],
+                (double)got[0][i / M][i % M]);
+  }
+  for (int i = 0; i < M; i++) { /* the composition's own values on ref */
+    float want_ne = (xs[i] < ys[i]) + (ys[i] < xs[i]);
+    cr_assert_eq(got[0][0][i], 1.0f - want_ne, "eq(%g, %g)", (double)xs[i], (double)ys[i]);
+    cr_assert_eq(got[0][1][i], want_ne, "ne(%g, %g)", (double)xs[i], (double)ys[i]);
+  }
+  lm_graph_free(g);
+}
 Test(ops, minimum_is_exact_and_broadcasts) { binary_case("minimum", lm_minimum, r_min, fill_pm3, 0, 0, 46); }
 Test(ops, maximum_is_exact_and_broadcasts) { binary_case("maximum", lm_maximum, r_max, fill_pm3, 0, 0, 47); }
 Test(ops, minimum_and_maximum_are_exact_on_ties) {
