@@ -45,6 +45,7 @@ typedef struct opts {
   int64_t env_steps;        /* steps per call of the envs benchmark */
   int64_t horizon;          /* T of the rollout benchmark */
   const char *rollout_envs; /* envs of the rollout benchmark */
+  const char *env_list;     /* envs of the envs benchmark (NULL: every env) */
   int64_t solve_budget;     /* env steps of time-to-solve (0: lm_ppo_defaults' total_steps) */
   int seeds;                /* time-to-solve runs per stepper */
   const char *search_device; /* where the search benchmark runs and times (NULL: the cpu) */
@@ -1401,6 +1402,8 @@ static record *env_record(const char *env, const char *variant, int thr, int ker
   return r;
 }
 
+static int env_list(const char *list, const lm_env_spec **out, int cap, int *count);
+
 static int bench_envs(const opts *o) {
   int64_t n = o->envs, T = o->env_steps;
   int reps = o->reps < 3 ? o->reps : 3;
@@ -1459,8 +1462,13 @@ static int bench_envs(const opts *o) {
             lm_last_error());
   }
 
-  for (int ei = 0; ei < lm_env_count(); ei++) {
-    const lm_env_spec *e = lm_env_at(ei);
+  const lm_env_spec *chosen[64];
+  int nchosen = 0;
+  if (o->env_list) env_list(o->env_list, chosen, 64, &nchosen); /* checked when parsed */
+  else
+    for (int ei = 0; ei < lm_env_count() && nchosen < 64; ei++) chosen[nchosen++] = lm_env_at(ei);
+  for (int ei = 0; ei < nchosen; ei++) {
+    const lm_env_spec *e = chosen[ei];
     int is_cp = !strcmp(e->name, "cartpole");
     /* the reference first: the others are checked against its counters */
     ref_env_arg ra = {e, n, T, env_initial_state(e, n), calloc((size_t)n, sizeof(int)), 0x2545f4914f6cdd1dull, 0,
@@ -2469,6 +2477,7 @@ static void usage(FILE *f) {
         "  --envs N             envs of the envs and rollout benchmarks (default 4096)\n"
         "  --env-steps T        steps per call of the envs benchmark (default 256; --quick 64)\n"
         "  --horizon T          steps per rollout of the rollout benchmark (default 128; --quick 32)\n"
+        "  --env-list LIST      envs of the envs benchmark (default: every env)\n"
         "  --rollout-envs LIST  envs of the rollout benchmark (default cartpole,acrobot,pendulum;\n"
         "                       --quick cartpole)\n"
         "  --solve-budget S     env-step budget of time-to-solve (default: lm_ppo_defaults' total_steps)\n"
@@ -2626,7 +2635,7 @@ int main(int argc, char **argv) {
     int takes_value = !strcmp(name, "--only") || !strcmp(name, "--reps") || !strcmp(name, "--n") ||
                       !strcmp(name, "--ref-n") || !strcmp(name, "--threads") || !strcmp(name, "--json") ||
                       !strcmp(name, "--envs") || !strcmp(name, "--env-steps") || !strcmp(name, "--horizon") ||
-                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds") ||
+                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--env-list") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds") ||
                       !strcmp(name, "--search-budget") || !strcmp(name, "--search-device");
     const char *val = NULL;
     if (takes_value) {
@@ -2682,6 +2691,16 @@ int main(int argc, char **argv) {
                            val);
       }
       o.rollout_envs = val;
+    } else if (!strcmp(name, "--env-list")) {
+      const lm_env_spec *specs[64];
+      int ne;
+      if (env_list(val, specs, 64, &ne)) {
+        char known[512] = "";
+        for (int j = 0; j < lm_env_count(); j++)
+          snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", lm_env_at(j)->name);
+        return usage_error("--env-list wants a comma-separated list of env names (known: %s), got '%s'", known, val);
+      }
+      o.env_list = val;
     } else if (!strcmp(name, "--solve-budget")) {
       if (parse_int(name, val, 1, (int64_t)1 << 40, &v)) return EXIT_USAGE;
       o.solve_budget = v;

@@ -57,23 +57,15 @@ static lm_tensor brick_rows(lm_graph_t *g) {
   return wide(lm_pad(ones(g, (BRICK_ROW1 - BRICK_ROW0) * W), 1, BRICK_ROW0 * W, (H - BRICK_ROW1) * W));
 }
 
-/* [1, CELLS]: each cell's row (axis 0) or column (axis 1) on the grid (a view of lm_arange) */
-static lm_tensor grid_coord(lm_graph_t *g, int axis) {
-  lm_tensor rc = lm_expand(lm_arange(g, axis ? W : H), axis ? 0 : 1, axis ? H : W); /* [H, W] */
-  return lm_reshape(rc, 2, (lm_dim[]){1, CELLS});
-}
-
-/* [N, CELLS] (in_state = 0) or [N, STATE_SIZE] (in_state = 1, 0 on the scalars' columns): 1 at
- * cell (y, x), 0 elsewhere and everywhere when (y, x) is off the grid: lm_env_cell_mask, or that
- * mask over the state's own columns (a mask padded into them would be read at an offset, which
- * the cpu scan cannot prove stays in each env's row, and splits the step). */
+/* [N, CELLS] (in_state = 0) or [N, STATE_SIZE] (in_state = 1): 1 at cell (y, x), 0 elsewhere
+ * and everywhere when (y, x) is off the grid: lm_env_cell_mask, or the same mask over the
+ * state's own columns (cell (y, x) at column BRICKS + 10 y + x; a mask padded into them would be
+ * read at an offset, which the cpu scan cannot prove stays in each env's row, and splits the
+ * step). One comparison per column with the cell's flat index (-1 off the grid). */
 static lm_tensor cell_mask(lm_tensor y, lm_tensor x, int in_state) {
   if (!in_state) return lm_env_cell_mask(y, x, H, W);
-  lm_graph_t *g = x.g;
-  lm_tensor ys = grid_coord(g, 0), xs = grid_coord(g, 1);
-  if (in_state) ys = wide(ys), xs = wide(xs);
-  lm_tensor m = lm_mul(lm_eq(lm_unsqueeze(y, 1), ys), lm_eq(lm_unsqueeze(x, 1), xs));
-  return in_state ? lm_mul(m, map_cols(g)) : m;
+  lm_tensor cols = lm_reshape(lm_arange(x.g, STATE_SIZE), 2, (lm_dim[]){1, STATE_SIZE});
+  return lm_eq(lm_unsqueeze(lm_env_cell_index(y, x, H, W, BRICKS), 1), cols);
 }
 
 /* The 8 scalars [N] and a wide map [N, STATE_SIZE] (0 on the scalars' columns) as the state. */

@@ -50,9 +50,9 @@ static const float reset_scalars[S_SCALARS] = {5, -1, ENEMY_MOVE_INTERVAL, ENEMY
  * validity: an offset pad over a computed value, or a reshape under one, reads other envs as far
  * as it can tell, and the step falls apart into a kernel per stage and step). Grids
  * [N, 10, 10] appear only as reshapes feeding reductions (column sums, the lowest alien);
- * per-env values reach a cell by comparing with a constant index. Index constants are sums of
- * padded ones: lm_arange is a triangular reduction, recomputed 10 x 10 times wherever it is read
- * (lm_one_hot and lm_env_cell_mask use it). */
+ * per-env values reach a cell by comparing with a constant index: lm_arange, a sum of
+ * log2(n) padded constants, recomputed for every column of every step where it is read, so
+ * each index is one arange (not rows times 10 plus columns). */
 
 static lm_tensor cst(lm_graph_t *g, float v) { return lm_const(g, v); }
 
@@ -67,28 +67,15 @@ static lm_tensor grid(lm_tensor x, int at) {
 /* row y of the map at `at`, [N, 10] */
 static lm_tensor row_of(lm_tensor x, int at, int y) { return lm_slice(x, 1, at + y * W, at + (y + 1) * W); }
 
-/* [10]: 0, 1, ..., 9 (each (i >= k) for k = 1..9, a padded constant, summed) */
-static lm_tensor ramp(lm_graph_t *g) {
-  lm_tensor r = lm_pad(lm_full(g, 1.0f, 1, (lm_dim[]){W - 1}), 0, 1, 0);
-  for (int k = 2; k < W; k++) r = lm_add(r, lm_pad(lm_full(g, 1.0f, 1, (lm_dim[]){W - k}), 0, k, 0));
-  return r;
-}
+/* [10]: 0, 1, ..., 9 */
+static lm_tensor ramp(lm_graph_t *g) { return lm_arange(g, W); }
 
 /* [100]: 10 y + x, each cell's index */
-static lm_tensor cell_index(lm_graph_t *g) {
-  lm_tensor r = ramp(g);
-  lm_tensor yx = lm_add(lm_mul(lm_unsqueeze(r, 1), cst(g, W)), lm_unsqueeze(r, 0));
-  return lm_reshape(yx, 1, (lm_dim[]){CELLS});
-}
+static lm_tensor cell_index(lm_graph_t *g) { return lm_arange(g, CELLS); }
 
 /* [308]: each map column's index in the state (0 on the scalars' columns) */
 static lm_tensor column_index(lm_graph_t *g) {
-  lm_tensor c = {0};
-  for (int at = S_ALIEN; at < S_SIZE; at += CELLS) {
-    lm_tensor m = wide(lm_add(cell_index(g), cst(g, (float)at)), at);
-    c = at == S_ALIEN ? m : lm_add(c, m);
-  }
-  return c;
+  return lm_pad(lm_add(lm_arange(g, S_SIZE - S_ALIEN), cst(g, (float)S_ALIEN)), 0, S_ALIEN, 0);
 }
 
 /* [100]: 1 on the cells of rows y0 .. y1 - 1 and columns x0 .. x1 - 1 */

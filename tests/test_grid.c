@@ -1,9 +1,10 @@
 /* tests/test_grid.c — the compositions games are written with (lumen/ops.h: lm_roll,
- * lm_count_nonzero, lm_first_index, lm_last_index; lumen/env.h: lm_env_cell_mask, _get, _set)
+ * lm_count_nonzero, lm_first_index, lm_last_index; lumen/env.h: lm_env_cell_index, _mask, _get,
+ * _set)
  * against a plain C reference computed here, exactly (every value is a small integer, so
  * nothing may round), on ref, cpu and opencl (PoCL; skipped with a message where no OpenCL
  * device opens): a batch of per-env 10 x 10 maps with positions on, at the edges of and off the
- * map, and a symbolic number of envs. */
+ * map (a few between cells: off the map too), and a symbolic number of envs. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +30,19 @@ static void make_world(world *w, uint64_t seed) {
     w->x[e] = (float)((int)(check_next(&r) % 14) - 2);
     w->v[e] = (float)(check_next(&r) % 7);
     w->on[e] = (float)(check_next(&r) % 2);
+    if (e % 9 == 4) w->x[e] += 0.5f; /* between two cells: on no cell */
+    if (e % 11 == 6) w->y[e] -= 0.25f;
   }
 }
 
-static int inside(float y, float x) { return y >= 0 && y < H && x >= 0 && x < W; }
+static int inside(float y, float x) {
+  return y >= 0 && y < H && x >= 0 && x < W && y == (float)(int)y && x == (float)(int)x;
+}
+
+enum { BASE = 3 }; /* lm_env_cell_index's offset in the test */
 
 typedef struct outs {
-  float mask[N * C], get[N], set[N * C], roll_x[N * C], roll_y[N * C], count[N * H], first[N * H], last[N * W];
+  float index[N], mask[N * C], get[N], set[N * C], roll_x[N * C], roll_y[N * C], count[N * H], first[N * H], last[N * W];
 } outs;
 
 static void reference(const world *w, outs *o) {
@@ -43,6 +50,7 @@ static void reference(const world *w, outs *o) {
     const float *m = w->map + e * C;
     int in = inside(w->y[e], w->x[e]), at = in ? (int)w->y[e] * W + (int)w->x[e] : -1;
     o->get[e] = in ? m[at] : 0;
+    o->index[e] = in ? (float)(BASE + at) : -1.0f;
     for (int c = 0; c < C; c++) {
       o->mask[e * C + c] = c == at;
       o->set[e * C + c] = c == at && w->on[e] != 0 ? w->v[e] : m[c];
@@ -75,6 +83,7 @@ static lm_graph_t *build(void) {
   lm_tensor v = lm_input(g, "v", LM_ROLE_DATA, 1, &n), on = lm_input(g, "on", LM_ROLE_DATA, 1, &n);
   lm_tensor grid = lm_reshape(map, 3, (lm_dim[]){n, H, W});
   struct { lm_tensor t; const char *name; } out[] = {
+      {lm_env_cell_index(y, x, H, W, BASE), "index"},
       {lm_env_cell_mask(y, x, H, W), "mask"},
       {lm_env_cell_get(map, y, x, H, W), "get"},
       {lm_env_cell_set(map, y, x, H, W, v, on), "set"},
@@ -104,10 +113,11 @@ static void run_on(const char *backend) {
   check_prog p = check_prog_new(g, backend);
   check_sym syms[] = {{"N", N}};
   check_buf in[] = {{"map", w.map, N * C}, {"y", w.y, N}, {"x", w.x, N}, {"v", w.v, N}, {"on", w.on, N}};
-  check_buf out[] = {{"mask", got.mask, N * C},     {"get", got.get, N},        {"set", got.set, N * C},
+  check_buf out[] = {{"index", got.index, N},       {"mask", got.mask, N * C},     {"get", got.get, N},        {"set", got.set, N * C},
                      {"roll_x", got.roll_x, N * C}, {"roll_y", got.roll_y, N * C}, {"count", got.count, N * H},
                      {"first", got.first, N * H},   {"last", got.last, N * W}};
   check_prog_run(&p, syms, CHECK_COUNT(syms), in, CHECK_COUNT(in), out, CHECK_COUNT(out));
+  exact(backend, "cell_index", got.index, want.index, N);
   exact(backend, "cell_mask", got.mask, want.mask, N * C);
   exact(backend, "cell_get", got.get, want.get, N);
   exact(backend, "cell_set", got.set, want.set, N * C);

@@ -127,6 +127,9 @@ void lm_env_ref_random_action(const lm_env_spec *env, uint64_t seed, uint64_t en
                               float *action);
 /* Grids: a per-env map of h x w cells kept as [N, h * w] (row-major), positions y, x [N] as
  * small integers in floats. All three are exact: one-hot masks and selects, no rounding. */
+/* [N]: base + y * w + x, the flat index of cell (y, x) counted from base, where it is a cell of
+ * the map (whole numbers, 0 <= y < h, 0 <= x < w); -1 elsewhere. */
+lm_tensor lm_env_cell_index(lm_tensor y, lm_tensor x, int h, int w, int base);
 /* [N, h * w]: 1 at cell (y, x), 0 elsewhere (all 0 when (y, x) is off the map). */
 lm_tensor lm_env_cell_mask(lm_tensor y, lm_tensor x, int h, int w);
 /* [N]: map's value at (y, x); 0 off the map. */
