@@ -64,8 +64,9 @@ void lm_env_ref_reset_uniform(float *state, int size, const float *low, const fl
 }
 
 /* [N]: base + y * w + x where (y, x) is a cell of the h x w map (0 <= y < h, 0 <= x < w, both
- * whole numbers), -1 elsewhere: small integers, exact. A mask compares this one index with each
- * cell's (one comparison per cell) instead of the row and the column apart (two and a product). */
+ * whole numbers), -1 elsewhere: small integers, exact. A mask over many columns compares this one
+ * index with each column's (one comparison per column, not two and a product): Breakout's step
+ * does, over the 108 columns of its state. */
 lm_tensor lm_env_cell_index(lm_tensor y, lm_tensor x, int h, int w, int base) {
   if (!lm_tensor_ok(y) || !lm_tensor_ok(x) || h < 1 || w < 1 || base < 0) return invalid;
   lm_graph_t *g = x.g;
@@ -77,10 +78,19 @@ lm_tensor lm_env_cell_index(lm_tensor y, lm_tensor x, int h, int w, int base) {
   return lm_env_select(on, at, lm_scalar_like(x, -1.0f));
 }
 
+/* [1, h * w]: each cell's row (axis 0) or column (axis 1), a view of lm_arange */
+static lm_tensor cell_coord(lm_graph_t *g, int h, int w, int axis) {
+  lm_tensor c = lm_expand(lm_arange(g, axis ? w : h), axis ? 0 : 1, axis ? h : w); /* [h, w] */
+  return lm_reshape(c, 2, (lm_dim[]){1, (lm_dim)h * w});
+}
+
+/* The row and the column compared apart (a position off the map matches no cell), not the flat
+ * index: an observation's masks then fuse into their consumer (with lm_env_cell_index the
+ * index is a kernel of its own: Breakout's rollout 15 kernels instead of 14). */
 lm_tensor lm_env_cell_mask(lm_tensor y, lm_tensor x, int h, int w) {
   if (!lm_tensor_ok(y) || !lm_tensor_ok(x) || h < 1 || w < 1) return invalid;
-  lm_tensor cells = lm_reshape(lm_arange(x.g, (lm_dim)h * w), 2, (lm_dim[]){1, (lm_dim)h * w});
-  return lm_eq(lm_unsqueeze(lm_env_cell_index(y, x, h, w, 0), -1), cells);
+  lm_graph_t *g = x.g;
+  return lm_mul(lm_eq(lm_unsqueeze(y, -1), cell_coord(g, h, w, 0)), lm_eq(lm_unsqueeze(x, -1), cell_coord(g, h, w, 1)));
 }
 
 lm_tensor lm_env_cell_get(lm_tensor map, lm_tensor y, lm_tensor x, int h, int w) {
