@@ -140,8 +140,12 @@ static lm_status run_live(session *s, lm_viewer *v, const lm_view_config *cfg, c
     if (!paused) {
       acc += (t - last) * rate;
       if (frame == 0) acc = 0;
-      int due = (int)acc;
-      if (due > 2000) due = 2000, acc = 0; /* fell far behind (a slow device): do not catch up */
+      /* at most four frames' worth of steps per frame: a device slower than real time (the ref
+       * interpreter under a sanitizer on a busy machine) drops the debt instead of spending
+       * ever longer frames catching up, so the window keeps answering and a frame's cost is
+       * bounded by a count, not by how busy the machine is */
+      int most = (int)ceil(rate * frame_dt * 4), due = (int)acc;
+      if (due > most) due = most, acc = 0;
       acc -= due;
       for (int k = 0; k < due && st == LM_OK; k++) st = step_once(s);
       if (st != LM_OK) return st;
