@@ -101,7 +101,7 @@ static int qualifies(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int6
 /* Appends to C's new block the statements of old block b with L's variable = c; smap maps old
  * statements to new ones. A padding whose condition folds to true is its operand, to false a 0. */
 static int unroll_block(lm_kernel *k, lm_exprs *x, const lm_item *items, size_t n, int32_t C, lm_expr *vmap, size_t nv,
-                        uint32_t *smap, lm_block *into) {
+                        uint32_t *smap, lm_block *into, const lm_xctx *ctx) {
   for (size_t i = 0; i < n; i++) {
     lm_stmt s = k->stmts[items[i].id];
     int m = lm_sop_operands(s.op);
@@ -110,6 +110,7 @@ static int unroll_block(lm_kernel *k, lm_exprs *x, const lm_item *items, size_t 
     s.loop = C;
     s.idx = s.idx ? lm_x_subst(x, s.idx, vmap, (int)nv) : 0;
     s.valid = s.valid ? lm_x_subst(x, s.valid, vmap, (int)nv) : 0;
+    if (ctx && s.valid) s.valid = lm_x_simplify(x, s.valid, ctx); /* a split piece's range folds it */
     if (x->failed) return -1;
     const lm_stmt *a = &k->stmts[s.a], *b = &k->stmts[s.b];
     int consts = (s.op == LM_S_ADD || s.op == LM_S_MUL) && a->op == LM_S_CONST && b->op == LM_S_CONST;
@@ -141,8 +142,8 @@ static int unroll(lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int64_t E) {
   for (int64_t c = 0; c < E && st == 0; c++) {
     for (size_t i = 0; i <= ns; i++) smap[i] = UINT32_MAX;
     vmap[L] = lm_x_const(x, c);
-    st = unroll_block(k, x, old_l.items, pre, C, vmap, nv, smap, &fresh);
-    if (st == 0) st = unroll_block(k, x, old_c.items, old_c.n, C, vmap, nv, smap, &fresh);
+    st = unroll_block(k, x, old_l.items, pre, C, vmap, nv, smap, &fresh, NULL);
+    if (st == 0) st = unroll_block(k, x, old_c.items, old_c.n, C, vmap, nv, smap, &fresh, NULL);
   }
   lm_free(smap);
   lm_free(vmap);
@@ -166,26 +167,161 @@ static int unroll(lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int64_t E) {
   return 1;
 }
 
+/* Loop l as a serial loop of constant extent (*E) holding statements, then one lane loop (*C, of
+ * *lanes <= 64) holding statements only: 0 when it is not one. */
+static int column_loop(const lm_kernel *k, lm_exprs *x, size_t l, int32_t *C, int64_t *E, int64_t *lanes) {
+  const lm_loop *lp = &k->loops[l];
+  const lm_xnode *e = lm_x_node(x, lp->extent);
+  if (lp->kind != LM_L_SERIAL || e->op != LM_X_CONST || e->v < 2 || lp->body.n == 0) return 0;
+  const lm_item *last = &lp->body.items[lp->body.n - 1];
+  if (!last->is_loop) return 0;
+  *C = (int32_t)last->id;
+  const lm_loop *cp = &k->loops[*C];
+  const lm_xnode *ce = lm_x_node(x, cp->extent);
+  int bad = cp->kind != LM_L_LANES || ce->op != LM_X_CONST || ce->v > 64;
+  for (size_t i = 0; i + 1 < lp->body.n && !bad; i++) bad = lp->body.items[i].is_loop;
+  for (size_t i = 0; i < cp->body.n && !bad; i++) bad = cp->body.items[i].is_loop;
+  *E = e->v, *lanes = ce->v;
+  return !bad;
+}
+
 int lm_lanes_columns(lm_kernel *k, lm_exprs *x) {
   int made = 0;
   size_t nloops = k->nloops;
   for (size_t l = 0; l < nloops; l++) {
-    const lm_loop *lp = &k->loops[l];
-    const lm_xnode *e = lm_x_node(x, lp->extent);
-    if (lp->kind != LM_L_SERIAL || e->op != LM_X_CONST || e->v < 2 || e->v > MAX_COLS || lp->body.n == 0) continue;
-    const lm_item *last = &lp->body.items[lp->body.n - 1];
-    if (!last->is_loop) continue;
-    int32_t C = (int32_t)last->id;
-    const lm_loop *cp = &k->loops[C];
-    const lm_xnode *ce = lm_x_node(x, cp->extent);
-    int bad = cp->kind != LM_L_LANES || ce->op != LM_X_CONST || ce->v > 64;
-    for (size_t i = 0; i + 1 < lp->body.n && !bad; i++) bad = lp->body.items[i].is_loop;
-    for (size_t i = 0; i < cp->body.n && !bad; i++) bad = cp->body.items[i].is_loop;
-    int64_t E = e->v, lanes = ce->v;
-    if (bad || !qualifies(k, x, (int32_t)l, C, E, lanes)) continue;
+    int32_t C;
+    int64_t E, lanes;
+    if (!column_loop(k, x, l, &C, &E, &lanes) || E > MAX_COLS || !qualifies(k, x, (int32_t)l, C, E, lanes)) continue;
     int r = unroll(k, x, (int32_t)l, C, E);
     if (r < 0) return -1;
     made += r;
+  }
+  return x->failed ? -1 : made;
+}
+
+/* ---------------------------------------------------------------- splitting
+ *
+ * A long column loop whose statements test its variable against constants (a stacked state's
+ * scalar columns before its maps, one map's columns after another's) split where those tests
+ * change: pieces of at least MIN_PIECE columns, each a copy of the loop over its own range
+ * with every test that the range decides folded (a pick that always holds is its operand, one
+ * that never does a 0), runs of shorter ones kept together. The pieces run in the loop's order,
+ * so every value and every accumulation is what it was. Breakout's state update tested each of
+ * its 108 columns against the 8 scalar columns' ranges, 8 picks per element; split, the map's
+ * 100 columns pick nothing. Not a rewrite rule: the search does not see a fused scan's kernel
+ * (its local arrays), and this acts on the lane form the lanes pass makes. */
+enum { MIN_PIECE = 8, MAX_PIECES = 6, MAX_SPLIT_EXTENT = 4096 };
+
+/* Marks in cut[1..E-1] where a test `v + k < c` or `c < v + k` of e on variable L changes. */
+static void tests_of(const lm_exprs *x, lm_expr e, int32_t L, int64_t E, uint8_t *cut) {
+  const lm_xnode *n = lm_x_node(x, e);
+  if (n->op == LM_X_CONST || n->op == LM_X_VAR || n->op == LM_X_SYM) return;
+  if (n->op == LM_X_LT) {
+    for (int side = 0; side < 2; side++) {
+      const lm_xnode *v = lm_x_node(x, side ? n->b : n->a), *c = lm_x_node(x, side ? n->a : n->b);
+      int64_t off = 0;
+      if (v->op == LM_X_ADD && lm_x_node(x, v->a)->op == LM_X_VAR && lm_x_node(x, v->b)->op == LM_X_CONST)
+        off = lm_x_node(x, v->b)->v, v = lm_x_node(x, v->a);
+      else if (v->op == LM_X_ADD && lm_x_node(x, v->b)->op == LM_X_VAR && lm_x_node(x, v->a)->op == LM_X_CONST)
+        off = lm_x_node(x, v->a)->v, v = lm_x_node(x, v->b);
+      if (v->op != LM_X_VAR || v->v != L || c->op != LM_X_CONST) continue;
+      int64_t at = side ? c->v - off + 1 : c->v - off; /* c < v + k holds from v = c - k + 1 */
+      if (at > 0 && at < E) cut[at] = 1;
+    }
+  }
+  if (n->a) tests_of(x, n->a, L, E, cut);
+  if (n->b) tests_of(x, n->b, L, E, cut);
+}
+
+/* The pieces of loop L (lo[i] .. hi[i]-1, in order): their number, 1 when there is nothing to split */
+static int pieces_of(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int64_t E, int64_t *lo, int64_t *hi) {
+  uint8_t *cut = lm_calloc((size_t)E + 1, 1);
+  if (!cut) return 1;
+  const lm_block *bs[2] = {&k->loops[L].body, &k->loops[C].body};
+  int plain_only = 1;
+  for (int w = 0; w < 2; w++)
+    for (size_t i = 0; i < bs[w]->n; i++) {
+      if (bs[w]->items[i].is_loop) continue;
+      const lm_stmt *s = &k->stmts[bs[w]->items[i].id];
+      plain_only &= plain(s->op) && (w == 1 || s->op != LM_S_STORE);
+      if (s->valid && (s->op == LM_S_LOAD || s->op == LM_S_SELECT)) tests_of(x, s->valid, L, E, cut);
+    }
+  int n = 0, longest = 0;
+  for (int64_t a = 0; a < E && plain_only;) {
+    int64_t b = a + 1;
+    while (b < E && !cut[b]) b++;
+    int is_long = b - a >= MIN_PIECE;
+    if (n > 0 && !is_long && hi[n - 1] - lo[n - 1] < MIN_PIECE && hi[n - 1] == a) hi[n - 1] = b; /* short runs together */
+    else if (n == MAX_PIECES) {
+      n = 1;
+      break;
+    } else lo[n] = a, hi[n] = b, n++;
+    longest |= is_long;
+    a = b;
+  }
+  lm_free(cut);
+  return plain_only && longest && n > 1 ? n : 1;
+}
+
+/* Loop L (around lane loop C) replaced by one copy per piece, in order. */
+static int split(lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, const int64_t *lo, const int64_t *hi, int np) {
+  size_t ns = k->nstmts, nv = k->nloops;
+  lm_block old_l = k->loops[L].body, old_c = k->loops[C].body;
+  size_t pre = lm_block_find(&old_l, 1, (uint32_t)C);
+  int32_t parent = k->loops[L].parent;
+  uint32_t *smap = lm_malloc((ns + 1) * sizeof *smap);
+  lm_expr *vmap = lm_calloc(nv + 1, sizeof *vmap), *ext = NULL;
+  int st = smap && vmap ? 0 : -1;
+  for (int p = 0; p < np && st == 0; p++) {
+    int32_t L2 = lm_kernel_add_loop_before(k, parent, L, lm_x_const(x, hi[p] - lo[p]), LM_L_SERIAL);
+    int32_t C2 = L2 < 0 ? -1 : lm_kernel_add_loop(k, L2, k->loops[C].extent, (lm_loopkind)k->loops[C].kind);
+    lm_free(ext);
+    ext = lm_calloc(k->nloops + 1, sizeof *ext);
+    if (C2 < 0 || !ext) {
+      st = -1;
+      break;
+    }
+    for (size_t i = 0; i < k->nloops; i++) ext[i] = k->loops[i].extent;
+    lm_xctx ctx = {.extent = ext, .nvars = (int)k->nloops};
+    for (size_t i = 0; i <= ns; i++) smap[i] = UINT32_MAX;
+    vmap[L] = lm_x_add(x, lm_x_var(x, L2), lm_x_const(x, lo[p]));
+    vmap[C] = lm_x_var(x, C2);
+    lm_block fresh = {0};
+    st = unroll_block(k, x, old_l.items, pre, L2, vmap, nv, smap, &fresh, &ctx);
+    if (st == 0 && !lm_block_insert(&fresh, fresh.n, (lm_item){1, (uint32_t)C2})) st = -1;
+    lm_free(k->loops[L2].body.items);
+    k->loops[L2].body = fresh;
+    if (st == 0) st = unroll_block(k, x, old_c.items, old_c.n, C2, vmap, nv, smap, &k->loops[C2].body, &ctx);
+  }
+  lm_free(smap);
+  lm_free(vmap);
+  lm_free(ext);
+  if (st < 0) return -1;
+  for (size_t w = 0; w < 2; w++) { /* the old statements: constants nothing uses, in no block */
+    const lm_block *b = w ? &old_c : &old_l;
+    for (size_t i = 0; i < b->n; i++)
+      if (!b->items[i].is_loop) k->stmts[b->items[i].id] = (lm_stmt){.op = LM_S_CONST, .loop = w ? C : L};
+  }
+  lm_block *pb = parent < 0 ? &k->root : &k->loops[parent].body;
+  size_t at = lm_block_find(pb, 1, (uint32_t)L);
+  memmove(&pb->items[at], &pb->items[at + 1], (pb->n - at - 1) * sizeof *pb->items);
+  pb->n--;
+  k->loops[L].body.n = 0;
+  k->loops[C].body.n = 0;
+  return 1;
+}
+
+int lm_lanes_split(lm_kernel *k, lm_exprs *x) {
+  int made = 0;
+  size_t nloops = k->nloops;
+  for (size_t l = 0; l < nloops; l++) {
+    int32_t C;
+    int64_t E, lanes, lo[MAX_PIECES], hi[MAX_PIECES];
+    if (!column_loop(k, x, l, &C, &E, &lanes) || E < 2 * MIN_PIECE || E > MAX_SPLIT_EXTENT) continue;
+    int np = pieces_of(k, x, (int32_t)l, C, E, lo, hi);
+    if (np < 2) continue;
+    if (split(k, x, (int32_t)l, C, lo, hi, np) < 0) return -1;
+    made++;
   }
   return x->failed ? -1 : made;
 }

@@ -69,6 +69,7 @@ static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
   return n;
 }
 static int run_inplace(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_inplace); }
+static int run_split(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_split); }
 static int run_columns(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_columns); }
 static int run_lazy(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_lazy); }
 static int run_gpu(pass_ctx *c) { return lm_schedule_gpu(c->plan, c->opts->gpu); }
@@ -116,6 +117,9 @@ static const pass passes[] = {
     {{"inplace", "c", "a kernel in lane form", "LUMEN_NO_INPLACE",
       "the carried state stored in place where the step allows, no end-of-step copies (inplace.c)"},
      SCAN, when_lanes, run_inplace},
+    {{"split", "c", "a kernel in lane form", "LUMEN_NO_SPLIT",
+      "long column loops split where their tests of the column change, the tests folded (columns.c)"},
+     SCAN, when_lanes, run_split},
     {{"columns", "c", "a kernel in lane form", "LUMEN_NO_COLUMNS",
       "short constant loops around a lane loop (a stacked state's columns) unrolled into it (columns.c)"},
      SCAN, when_lanes, run_columns},

@@ -170,6 +170,9 @@ int lm_lanes_inplace(lm_kernel *k, lm_exprs *x);
  * state, unrolled into that lane loop (compiler/columns.c); bit-identical. Returns how many,
  * -1 when memory ran out. */
 int lm_lanes_columns(lm_kernel *k, lm_exprs *x);
+/* Long column loops split where their tests of the column change (compiler/columns.c):
+ * how many were split, -1 out of memory. */
+int lm_lanes_split(lm_kernel *k, lm_exprs *x);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the

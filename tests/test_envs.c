@@ -1067,6 +1067,45 @@ Test(lazy, minatar_lane_kernels_read_no_local_array_under_a_guard_with_refs_bits
   lane_kernel_check("minatar-space-invaders", guarded_local_reads, "local arrays read under a guard");
 }
 
+/* compiler/columns.c (split): Breakout's 108-column loops that test the column (the 8 scalar
+ * columns, then the map's 100) are split where the tests change: in the loop IR, loops over the
+ * map's 100 columns alone; with LUMEN_NO_SPLIT none. ref's bits either way. */
+static int loops_of_100(const char *dir) {
+  char cmd[128], line[1 << 12];
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c; rm -rf %s", dir, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f);
+  int n = 0, ir = 0, d;
+  while (fgets(line, sizeof line, f)) {
+    ir |= strstr(line, "loop IR") != NULL;
+    char tail[8];
+    if (ir && sscanf(line, " for i%d < 100%1[:]", &d, tail) == 2) n++;
+  }
+  pclose(f);
+  return n;
+}
+
+Test(lazy, breakout_column_loops_split_where_their_tests_change_with_refs_bits) {
+  const lm_env_spec *e = env_named("minatar-breakout");
+  size_t nr;
+  float *ref = lazy_run(e, 1, NULL, 0, &nr);
+  for (int off = 0; off < 2; off++) {
+    if (off) setenv("LUMEN_NO_SPLIT", "1", 1);
+    char dir[] = "/tmp/lumen-split-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    size_t nc;
+    float *cpu = lazy_run(e, 1, dir, 0, &nc);
+    cr_assert_eq(nc, nr);
+    check_same_bits(off ? "breakout, no split" : "breakout, split", cpu, ref, nc);
+    int n = loops_of_100(dir);
+    if (off) cr_assert_eq(n, 0, "LUMEN_NO_SPLIT: %d loops over the map's columns alone", n);
+    else cr_assert_geq(n, 2, "%d loops over the map's 100 columns alone (the reductions' pieces)", n);
+    free(cpu);
+  }
+  unsetenv("LUMEN_NO_SPLIT");
+  free(ref);
+}
+
 /* ================================================================ action clipping */
 
 static void step_one(const lm_env_spec *e, const char *backend, const float *state, const float *action, float *next,
@@ -1404,7 +1443,7 @@ Test(cli, a_file_for_another_env_unknown_envs_and_unreadable_files_are_clear_err
 Test(cli, compile_lists_the_pass_table_and_the_kernels_per_graph, .timeout = LM_TIMEOUT(120)) {
   cr_assert_eq(rltrain("compile --passes", out, sizeof out), 0, "%s", out);
   static const char *const names[] = {"canonicalise", "lower", "search", "interchange", "epilogue", "merge", "join",
-                                      "scan-fuse", "lanes", "inplace", "columns", "lazy", "gpu-workgroups"};
+                                      "scan-fuse", "lanes", "inplace", "split", "columns", "lazy", "gpu-workgroups"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char row[64];
     snprintf(row, sizeof row, "\n%s ", names[i]);
