@@ -236,14 +236,10 @@ lm_status lm_vecenv_reset(lm_vecenv_t *v, int reseed, uint64_t seed, const lm_ve
   return read_outputs(v, v->reset, out ? out : &v->bufs, 1);
 }
 
-/* Converts and checks the actions into v->action; LM_ERR_INVALID names the first bad one. */
-static lm_status take_actions(lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype) {
+/* The message for the first bad action of count values (take_actions found one). */
+static lm_status bad_action(const lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype, size_t count) {
   const lm_env_spec *e = v->env;
-  size_t count = (size_t)v->n * (size_t)v->asize;
   int disc = e->action.kind == LM_SPACE_DISCRETE;
-  if (!disc && (dtype == LM_VEC_DTYPE_I32 || dtype == LM_VEC_DTYPE_I64))
-    return lm_fail(LM_ERR_INVALID, "%s: actions are a Box of %d floats per env, got integers", e->name, e->action.n);
-  float hi = (float)e->action.n;
   for (size_t i = 0; i < count; i++) {
     double a;
     switch (dtype) {
@@ -252,16 +248,69 @@ static lm_status take_actions(lm_vecenv_t *v, const void *actions, lm_vec_dtype 
     case LM_VEC_DTYPE_I32: a = ((const int32_t *)actions)[i]; break;
     default: a = (double)((const int64_t *)actions)[i]; break;
     }
-    if (disc ? !(a >= 0 && a < hi && a == floor(a)) : !isfinite(a)) {
-      if (disc)
-        return lm_fail(LM_ERR_INVALID, "%s: action %.9g of env %zu is not in Discrete(%d) (a whole number 0 .. %d)",
-                       e->name, a, i, e->action.n, e->action.n - 1);
+    if (disc && !(a >= 0 && a < (double)e->action.n && a == floor(a)))
+      return lm_fail(LM_ERR_INVALID, "%s: action %.9g of env %zu is not in Discrete(%d) (a whole number 0 .. %d)",
+                     e->name, a, i, e->action.n, e->action.n - 1);
+    if (!disc && !isfinite(a))
       return lm_fail(LM_ERR_INVALID, "%s: action %.9g of env %zu (dimension %zu) is not finite", e->name, a,
                      i / (size_t)v->asize, i % (size_t)v->asize);
-    }
-    v->action[i] = (float)a;
   }
-  return LM_OK;
+  return lm_fail(LM_ERR_INVALID, "%s: an action was refused but none is bad", e->name);
+}
+
+/* Converts and checks the actions into v->action; LM_ERR_INVALID names the first bad one. One
+ * branch-free pass per type (the compiler vectorises it: at 4096 envs the checked conversion
+ * with a branch per action took ~10 us of a 50 us step), and a second pass only to name a bad
+ * action. */
+static lm_status take_actions(lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype) {
+  const lm_env_spec *e = v->env;
+  size_t count = (size_t)v->n * (size_t)v->asize;
+  int disc = e->action.kind == LM_SPACE_DISCRETE;
+  if (!disc && (dtype == LM_VEC_DTYPE_I32 || dtype == LM_VEC_DTYPE_I64))
+    return lm_fail(LM_ERR_INVALID, "%s: actions are a Box of %d floats per env, got integers", e->name, e->action.n);
+  float *out = v->action;
+  int bad = 0;
+  switch (dtype) {
+  case LM_VEC_DTYPE_I32: {
+    const int32_t *a = actions;
+    uint32_t n = (uint32_t)e->action.n;
+    for (size_t i = 0; i < count; i++) {
+      bad |= (uint32_t)a[i] >= n;
+      out[i] = (float)a[i];
+    }
+    break;
+  }
+  case LM_VEC_DTYPE_I64: {
+    const int64_t *a = actions;
+    uint64_t n = (uint64_t)e->action.n;
+    for (size_t i = 0; i < count; i++) {
+      bad |= (uint64_t)a[i] >= n;
+      out[i] = (float)a[i];
+    }
+    break;
+  }
+  case LM_VEC_DTYPE_F32: {
+    const float *a = actions;
+    float hi = (float)e->action.n;
+    for (size_t i = 0; i < count; i++) {
+      float x = a[i];
+      bad |= disc ? !(x >= 0.0f && x < hi && x == truncf(x)) : !(x - x == 0.0f); /* x - x: NaN for inf and NaN */
+      out[i] = x;
+    }
+    break;
+  }
+  default: {
+    const double *a = actions;
+    double hi = (double)e->action.n;
+    for (size_t i = 0; i < count; i++) {
+      double x = a[i];
+      bad |= disc ? !(x >= 0.0 && x < hi && x == trunc(x)) : !(x - x == 0.0);
+      out[i] = (float)x;
+    }
+    break;
+  }
+  }
+  return bad ? bad_action(v, actions, dtype, count) : LM_OK;
 }
 
 lm_status lm_vecenv_step(lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype, size_t count,
