@@ -161,18 +161,21 @@ fi
 
 # ---------------------------------------------------------------- 2 ranks on the one GPU (docs/SCALE.md)
 # Data-parallel PPO: two ranks share the GPU (an H200 hosts both), gradients summed in rank order.
+# NCCL refuses two ranks on one GPU, so the run says it exchanges through the host (its first
+# lines, in the log); with a GPU per rank the same command uses ncclAllGather (docs/SCALE.md).
 MPIRUN=$(command -v mpirun || true)
 if [ -z "$MPIRUN" ]; then
   ROWS+=("$(printf '%-30s %-8s %6s  %s' train_2_ranks skipped - "no mpirun on this machine (openmpi-bin)")")
 else
   rm -rf "$LOGS/train-2-ranks"
   if step train_2_ranks 90 "$MPIRUN" --oversubscribe --allow-run-as-root -np 2 "$BUILD/rltrain" cartpole --device cuda \
-    --envs 512 --total-steps 1048576 --no-stop --quiet --dist-timeout 60 --out "$LOGS/train-2-ranks"; then
+    --envs 512 --total-steps 1048576 --no-stop --dist-timeout 60 --out "$LOGS/train-2-ranks"; then
     json=$(cat "$LOGS/train-2-ranks/summary.json" 2>/dev/null || true)
     steps=$(field env_steps)
     wall=$(field wall_s)
     sps=$(awk -v s="${steps:-0}" -v w="${wall:-0}" 'BEGIN { if (w > 0) printf "%.0f", s / w }')
-    ROWS[-1]="${ROWS[-1]}device $(field device): ${steps:-?} steps, ${sps:-?} steps/s, mean return $(field mean_return)"
+    how=$(grep -o "gradients [^;]*" "$LOGS/train_2_ranks.log" | head -1)
+    ROWS[-1]="${ROWS[-1]}device $(field device): ${steps:-?} steps, ${sps:-?} steps/s, mean return $(field mean_return); ${how:-?}"
   fi
 fi
 

@@ -339,6 +339,28 @@ lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t 
   return count ? p->b->ops->read(p->b->ctx, bf->buf, dst, count * sizeof(float)) : LM_OK;
 }
 
+lm_status lm_program_buffer(lm_program_t *p, const char *name, lm_buffer_view *out) {
+  memset(out, 0, sizeof *out);
+  buffer *bf;
+  lm_status st;
+  int i = find_output(p->g, name);
+  if (i >= 0) {
+    if ((st = ensure_output(p, i)) != LM_OK) return st;
+    bf = &p->out[i];
+  } else if ((i = find_input(p->g, name)) >= 0) {
+    if ((st = ensure_input(p, i)) != LM_OK) return st;
+    bf = &p->in[i];
+    bf->written = 1;
+  } else return lm_fail(LM_ERR_INVALID, "buffer: the program has no input or output named '%s'", name);
+  out->native = bf->buf;
+  out->host = p->b->ops->host_memory ? bf->buf : NULL;
+  out->count = bf->count;
+  return LM_OK;
+}
+
+void *lm_backend_queue(lm_backend_t *b) { return b && b->ops->queue ? b->ops->queue(b->ctx) : NULL; }
+const char *lm_backend_device_id(lm_backend_t *b) { return b && b->ops->device_id ? b->ops->device_id(b->ctx) : NULL; }
+
 lm_status lm_program_run(lm_program_t *p) {
   lm_status st;
   if (!p->bindings_ok) { /* a full walk of the graph: once per change of the bindings */

@@ -586,3 +586,49 @@ Test(runtime, every_allocation_failure_is_reported_and_leaves_the_program_usable
   cr_assert_gt(build_failures, 10, "only %d build failures: is the injection working?", build_failures);
   cr_assert_gt(pass_failures, 5, "only %d pass failures: is the injection working?", pass_failures);
 }
+
+/* ================================================================ buffer views */
+
+/* lm_program_buffer on ref and cpu (host memory): an output's view is the buffer runs write in
+ * place (allocated before the first run), a data input's view counts as written and what the
+ * host puts there is what the run reads; a state input's view is the buffer its assign updates;
+ * unknown names fail. */
+static void buffer_views_on(const char *backend) {
+  lm_backend_t *b = lm_backend_new(backend);
+  cr_assert(b, "%s: %s", backend, lm_last_error());
+  lm_dim n = lm_sym(G, "n");
+  lm_tensor x = lm_input(G, "x", LM_ROLE_DATA, 1, &n);
+  lm_tensor s = lm_input(G, "s", LM_ROLE_STATE, 1, &n);
+  OK(lm_output(lm_add(x, s), "y"));
+  OK(lm_assign(s, lm_add(s, lm_const(G, 1.0f))));
+  P = lm_program_new(b, G);
+  cr_assert(P, "%s: %s", backend, lm_last_error());
+  OK(lm_program_bind(P, "n", 3));
+  lm_buffer_view y, xv, sv;
+  OK(lm_program_buffer(P, "y", &y));
+  cr_assert_eq(y.count, 3);
+  cr_assert(y.host && y.native == (void *)y.host, "%s's buffers are host memory", backend);
+  OK(lm_program_buffer(P, "x", &xv));
+  OK(lm_program_buffer(P, "s", &sv));
+  for (int i = 0; i < 3; i++) xv.host[i] = 0.5f * (float)(i + 1);
+  OK(lm_program_run(P)); /* x was never lm_program_write-n: the view wrote it */
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(bits(y.host[i]), bits(0.5f * (float)(i + 1)), "%s: y[%d] = %a", backend, i, (double)y.host[i]);
+    cr_assert_eq(bits(sv.host[i]), bits(1.0f), "%s: the assign went to the state's view", backend);
+  }
+  OK(lm_program_run(P));
+  lm_buffer_view again;
+  OK(lm_program_buffer(P, "y", &again));
+  cr_assert_eq(again.native, y.native, "%s: runs write the output in place", backend);
+  cr_assert_eq(bits(y.host[2]), bits(1.5f + 1.0f));
+  FAILS(lm_program_buffer(P, "nope", &again), LM_ERR_INVALID, "nope");
+  cr_assert_null(again.native);
+  cr_assert_null(lm_backend_queue(b), "%s has no queue", backend);
+  cr_assert_null(lm_backend_device_id(b), "%s runs on the host's CPUs", backend);
+  lm_program_free(P);
+  P = NULL;
+  lm_backend_free(b);
+}
+
+Test(runtime, a_buffer_view_is_the_memory_runs_read_and_write_on_ref) { buffer_views_on("ref"); }
+Test(runtime, a_buffer_view_is_the_memory_runs_read_and_write_on_cpu) { buffer_views_on("cpu"); }

@@ -513,8 +513,8 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
            env->gym_id ? env->gym_id : env->name, lm_backend_name(b), why, (long long)(cfg.n_envs * K),
            (long long)cfg.horizon, (long long)lm_trainer_total_iterations(t), t_ready - t_start);
     if (K > 1)
-      printf("data-parallel over %d ranks of %lld envs each (%s); collective timeout %g s\n", K, (long long)cfg.n_envs,
-             lm_dist_library(d), lm_dist_timeout(d));
+      printf("data-parallel over %d ranks of %lld envs each (%s; %s); collective timeout %g s\n", K,
+             (long long)cfg.n_envs, lm_dist_library(d), lm_trainer_exchange(t), lm_dist_timeout(d));
     printf("kernels per iteration: %d; run directory: %s\n", lm_trainer_kernels_per_iteration(t), dir);
   }
   if (lead) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "compiler/core.h"
 #include "lumen/autograd.h"
@@ -26,8 +27,15 @@ struct lm_trainer {
   lm_program_t *adam; /* K > 1: the Adam step, after the gradients of every rank are summed; else NULL */
   lm_dist_t *dist;    /* NULL: one process */
   int K;              /* ranks (1: one process) */
-  float *grads;       /* K > 1: the gradient vector crossing ranks */
+  float *grads;       /* K > 1, host exchange: the gradient vector crossing ranks */
   size_t nweights;
+  /* K > 1, exchange between buffers: every rank's gradients gathered into rsum's inputs
+   * "all.<param>" ([K, ...], straight from upd's outputs "grad.<param>"), summed there in rank
+   * order; Adam's "grad.<param>" inputs are linked to rsum's outputs */
+  lm_program_t *rsum;
+  lm_nccl_t *nccl; /* the gather is ncclAllGather on the backend's queue; NULL: MPI's, on host memory */
+  lm_buffer_view send[LM_POLICY_MAX_PARAMS], recv[LM_POLICY_MAX_PARAMS];
+  char exchange[256]; /* how the gradients cross ranks, in words */
   lm_policy upol;
   int64_t iter, steps, total_iters, B, M;
   uint64_t shuffle;
@@ -351,6 +359,27 @@ static lm_graph_t *build_adam(const lm_ppo_config *c, const lm_policy *pol) {
   return NULL;
 }
 
+/* K > 1 with the exchange between buffers: the gathered gradients "all.<param>" [K, ...] summed
+ * over the ranks in rank order (a reduction kernel adds rank 0's, then rank 1's, ...: the order
+ * lm_dist_sum_f32 adds them in on the host) and divided by K, as outputs "grad.<param>". */
+static lm_graph_t *build_rank_sum(const lm_policy *pol, int K) {
+  lm_graph_t *g = lm_graph_new();
+  if (!g) return NULL;
+  lm_status st = LM_OK;
+  for (int i = 0; i < pol->nparams && st == LM_OK; i++) {
+    lm_dim shape[3] = {K, pol->rows[i], pol->cols[i]};
+    int rank = pol->cols[i] ? 3 : 2;
+    char name[40];
+    snprintf(name, sizeof name, "all.%s", pol->name[i]);
+    lm_tensor all = lm_input(g, name, LM_ROLE_DATA, rank, shape);
+    snprintf(name, sizeof name, "grad.%s", pol->name[i]);
+    st = lm_output(lm_mul(lm_sum(all, 0, 0), lm_const(g, 1.0f / (float)K)), name);
+  }
+  if (st == LM_OK && lm_graph_validate(g) == LM_OK) return g;
+  lm_graph_free(g);
+  return NULL;
+}
+
 /* One minibatch: rows (a*(off + i) + b) mod B of the flattened trajectory, i < M. */
 static lm_tensor minibatch(lm_tensor x, lm_dim B, lm_dim M, lm_dim pa, lm_dim pb, lm_dim off) {
   lm_graph_t *g = x.g;
@@ -488,6 +517,88 @@ static lm_status wire(lm_trainer *t) {
   return LM_OK;
 }
 
+/* K > 1: how the gradients cross ranks, the same choice on every rank (it follows the backend,
+ * which every rank opened by the same name, and NCCL's collective opening, which agrees):
+ * - nccl (cuda, libnccl present, every rank on a device of its own): ncclAllGather from the
+ *   gradient program's output buffers into the rank sum's input buffers, issued on the backend's
+ *   queue between the two programs' runs: no copy through the host and no wait on it;
+ * - buffers (ref, cpu: buffers in host memory): MPI's allgather between the same buffers;
+ * - host (any backend; opencl, metal, cuda without NCCL): the gradients copied out, summed on the
+ *   host in rank order, copied into Adam.
+ * buffers and nccl sum with the rank-sum program, host with lm_dist_sum_f32, in the same order:
+ * the three give the same bits (tests/mpi: checkpoints of host and buffers runs are identical).
+ * LUMEN_DIST_EXCHANGE=host|buffers|nccl asks for one (experiments, tests); one that cannot run
+ * here is an error naming why. */
+static lm_status setup_exchange(lm_trainer *t) {
+  const char *want = getenv("LUMEN_DIST_EXCHANGE");
+  if (want && !*want) want = NULL;
+  if (want && strcmp(want, "host") && strcmp(want, "buffers") && strcmp(want, "nccl"))
+    return lm_fail(LM_ERR_INVALID, "LUMEN_DIST_EXCHANGE='%s': expected host, buffers or nccl", want);
+  int cuda = !strcmp(lm_backend_name(t->b), "cuda");
+  char why[512] = "";
+  if (want && !strcmp(want, "host")) {
+    snprintf(t->exchange, sizeof t->exchange, "gradients through the host (LUMEN_DIST_EXCHANGE=host)");
+    return LM_OK;
+  }
+  if (cuda && (!want || !strcmp(want, "nccl"))) {
+    /* NCCL refuses two ranks on one GPU; a single GPU can still host several ranks through MPI */
+    enum { ID = 192 };
+    char mine[ID] = "", *all = lm_calloc((size_t)t->K, ID);
+    if (!all) return LM_ERR_NOMEM;
+    const char *dev = lm_backend_device_id(t->b);
+    char host[96] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(mine, sizeof mine, "%s/%s", host, dev ? dev : "?");
+    lm_status st = lm_dist_allgather(t->dist, mine, ID, all, "cuda devices");
+    int r1 = -1, r2 = -1;
+    for (int r = 0; st == LM_OK && r < t->K && r2 < 0; r++)
+      for (int q = 0; q < r && r2 < 0; q++)
+        if (!strncmp(all + (size_t)r * ID, all + (size_t)q * ID, ID)) r1 = q, r2 = r;
+    if (st == LM_OK && r2 >= 0)
+      snprintf(why, sizeof why, "ranks %d and %d share the GPU %.*s, which NCCL does not allow", r1, r2, (int)ID,
+               all + (size_t)r2 * ID);
+    lm_free(all);
+    if (st != LM_OK) return st;
+    if (!why[0]) {
+      t->nccl = lm_nccl_open(t->dist, 0);
+      if (!t->nccl) snprintf(why, sizeof why, "%s", lm_last_error());
+    }
+    if (!t->nccl && want) return lm_fail(LM_ERR_UNSUPPORTED, "LUMEN_DIST_EXCHANGE=nccl: %s", why);
+  } else if (want && !strcmp(want, "nccl"))
+    return lm_fail(LM_ERR_UNSUPPORTED, "LUMEN_DIST_EXCHANGE=nccl: NCCL runs on the cuda backend, not on %s",
+                   lm_backend_name(t->b));
+  lm_program_t *rs = program_of(build_rank_sum(&t->upol, t->K), t->b, 0);
+  if (!rs) return lm_fail(LM_ERR_INVALID, "the rank sum of the gradients: %s", lm_last_error());
+  lm_status st = LM_OK;
+  char name[40];
+  for (int i = 0; i < t->upol.nparams && st == LM_OK; i++) {
+    snprintf(name, sizeof name, "grad.%s", t->upol.name[i]);
+    if ((st = lm_program_buffer(t->upd, name, &t->send[i])) != LM_OK) break;
+    snprintf(name, sizeof name, "all.%s", t->upol.name[i]);
+    if ((st = lm_program_buffer(rs, name, &t->recv[i])) != LM_OK) break;
+    if (t->recv[i].count != (size_t)t->K * t->send[i].count)
+      st = lm_fail(LM_ERR_INVALID, "%s holds %zu floats, not %d x %zu", name, t->recv[i].count, t->K, t->send[i].count);
+    if (!t->nccl && (!t->send[i].host || !t->recv[i].host)) { /* MPI reads and writes host memory only */
+      lm_program_free(rs);
+      if (want) return lm_fail(LM_ERR_UNSUPPORTED, "LUMEN_DIST_EXCHANGE=buffers: %s's buffers are not host memory", lm_backend_name(t->b));
+      snprintf(t->exchange, sizeof t->exchange, "gradients through the host%s%s%s", why[0] ? " (no NCCL: " : "", why,
+               why[0] ? ")" : "");
+      return LM_OK;
+    }
+  }
+  for (int i = 0; i < t->upol.nparams && st == LM_OK; i++) {
+    snprintf(name, sizeof name, "grad.%s", t->upol.name[i]);
+    st = lm_program_link(t->adam, name, rs, name);
+  }
+  t->rsum = rs;
+  if (st != LM_OK) return st;
+  if (t->nccl)
+    snprintf(t->exchange, sizeof t->exchange, "gradients by ncclAllGather between device buffers (%s)", lm_nccl_version(t->nccl));
+  else
+    snprintf(t->exchange, sizeof t->exchange, "gradients by MPI allgather between the programs' buffers");
+  return LM_OK;
+}
+
 lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg) {
   return lm_trainer_new_dist(b, env, cfg, NULL);
 }
@@ -519,6 +630,7 @@ lm_trainer *lm_trainer_new_dist(lm_backend_t *b, const lm_env_spec *env, const l
     goto fail;
   if (!(t->prep = program_of(build_prep(env, cfg), b, 0)) || !(t->gae = program_of(build_gae(cfg), b, 1))) goto fail;
   if ((st = wire(t)) != LM_OK) goto fail;
+  if (t->K > 1 && (st = setup_exchange(t)) != LM_OK) goto fail;
   if ((st = lm_policy_init(&t->upol, t->upd, cfg->seed)) != LM_OK) goto fail;
   if ((st = lm_rollout_reset(t->ro, cfg->seed)) != LM_OK) goto fail;
   return t;
@@ -534,7 +646,9 @@ fail: {
 void lm_trainer_free(lm_trainer *t) {
   if (!t) return;
   /* linked programs first, owners last */
-  lm_program_free(t->adam);
+  lm_program_free(t->adam); /* linked to rsum's outputs: freed first */
+  lm_program_free(t->rsum);
+  lm_nccl_close(t->nccl);
   lm_free(t->grads);
   lm_program_free(t->gae);
   lm_program_free(t->prep);
@@ -570,6 +684,15 @@ static double now(void) {
  * ranks' rows is their mean), into the Adam graph, which steps the weights the same everywhere. */
 static lm_status step_across_ranks(lm_trainer *t) {
   lm_status st = LM_OK;
+  if (t->rsum) { /* setup_exchange: gathered between the buffers, summed by rsum, read there by Adam */
+    void *queue = lm_backend_queue(t->b);
+    for (int i = 0; i < t->upol.nparams && st == LM_OK; i++)
+      st = t->nccl ? lm_nccl_allgather_f32(t->nccl, t->send[i].native, t->recv[i].native, t->send[i].count, queue)
+                   : lm_dist_allgather(t->dist, t->send[i].host, t->send[i].count * sizeof(float), t->recv[i].host,
+                                       "gradients");
+    if (st == LM_OK) st = lm_program_run(t->rsum);
+    return st == LM_OK ? lm_program_run(t->adam) : st;
+  }
   size_t at = 0;
   char name[40];
   for (int i = 0; i < t->upol.nparams && st == LM_OK; i++) {
@@ -708,6 +831,7 @@ int lm_trainer_kernels_per_iteration(lm_trainer *t) {
   if (lm_program_get_stats(t->gae, &s) == LM_OK) total += s.kernels;
   if (lm_program_get_stats(t->upd, &s) == LM_OK) total += s.kernels * t->cfg.epochs * t->cfg.minibatches;
   if (t->adam && lm_program_get_stats(t->adam, &s) == LM_OK) total += s.kernels * t->cfg.epochs * t->cfg.minibatches;
+  if (t->rsum && lm_program_get_stats(t->rsum, &s) == LM_OK) total += s.kernels * t->cfg.epochs * t->cfg.minibatches;
   return total;
 }
 
@@ -721,6 +845,7 @@ const lm_env_spec *lm_trainer_env(const lm_trainer *t);
 lm_program_t *lm_trainer_update_program(lm_trainer *t) { return t->upd; }
 lm_program_t *lm_trainer_adam_program(lm_trainer *t) { return t->adam; }
 lm_dist_t *lm_trainer_dist(const lm_trainer *t) { return t->dist; }
+const char *lm_trainer_exchange(const lm_trainer *t) { return t->K > 1 ? t->exchange : ""; }
 void lm_trainer_counters(lm_trainer *t, int64_t **iter, int64_t **steps, uint64_t **shuffle) {
   *iter = &t->iter;
   *steps = &t->steps;

@@ -45,6 +45,12 @@ typedef struct lm_backend_ops {
   lm_status (*write)(void *ctx, void *buf, const void *src, size_t bytes);
   lm_status (*read)(void *ctx, const void *buf, void *dst, size_t bytes);
   lm_status (*fill_zero)(void *ctx, void *buf, size_t bytes);
+  /* 1 where a buffer is a host pointer the host may read and write between runs (ref, cpu). */
+  int host_memory;
+  /* The queue runs are issued on, for libraries that join it (a CUstream on cuda; NULL: none). */
+  void *(*queue)(void *ctx);
+  /* Which device of the machine it runs on (cuda: the PCI bus id); NULL: the host's CPUs. */
+  const char *(*device_id)(void *ctx);
   /* Prepares a validated graph (owned by the program, which outlives the executable).
    * Symbols are not bound yet: nothing may depend on their values. */
   lm_status (*prepare)(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **exe);

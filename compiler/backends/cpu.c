@@ -286,6 +286,7 @@ const lm_backend_ops lm_backend_cpu = {
     .write = cpu_write,
     .read = cpu_read,
     .fill_zero = cpu_zero,
+    .host_memory = 1,
     .prepare = cpu_prepare,
     .unprepare = cpu_unprepare,
     .run = cpu_run,

@@ -67,6 +67,7 @@ typedef struct cu_api {
   cu_result (*DeviceGetCount)(int *);
   cu_result (*DeviceGet)(cu_device *, int);
   cu_result (*DeviceGetName)(char *, int, cu_device);
+  cu_result (*DeviceGetPCIBusId)(char *, int, cu_device);
   cu_result (*DeviceGetAttribute)(int *, int, cu_device);
   cu_result (*PrimaryCtxRetain)(cu_context *, cu_device);
   cu_result (*PrimaryCtxRelease)(cu_device);
@@ -113,6 +114,7 @@ static const struct {
     SYM(DeviceGetCount, "cuDeviceGetCount", NULL),
     SYM(DeviceGet, "cuDeviceGet", NULL),
     SYM(DeviceGetName, "cuDeviceGetName", NULL),
+    SYM(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", NULL),
     SYM(DeviceGetAttribute, "cuDeviceGetAttribute", NULL),
     SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL),
     SYM(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", NULL),
@@ -207,6 +209,7 @@ typedef struct cuda_ctx {
   int sm;        /* compute capability as major*10 + minor */
   char arch[16]; /* "sm_90" */
   char name[256];
+  char pci[64]; /* "0000:17:00.0": which device, for ranks that must not share one */
   lm_nvrtc *nv;
   /* kernel by kernel (the search): the device array of buffer pointers and its host copy */
   cu_ptr kb;
@@ -246,6 +249,7 @@ static lm_status cuda_open(void **out) {
     st = lm_fail(LM_ERR_UNSUPPORTED, "no CUDA device: LUMEN_CUDA_DEVICE=%s but the driver sees %d device(s)", env, count);
   if (st == LM_OK) st = CU(cu.DeviceGet(&c->dev, ordinal));
   if (st == LM_OK) st = CU(cu.DeviceGetName(c->name, (int)sizeof c->name - 1, c->dev));
+  if (st == LM_OK) st = CU(cu.DeviceGetPCIBusId(c->pci, (int)sizeof c->pci - 1, c->dev));
   if (st == LM_OK) st = CU(cu.DeviceGetAttribute(&major, CU_ATTR_CC_MAJOR, c->dev));
   if (st == LM_OK) st = CU(cu.DeviceGetAttribute(&minor, CU_ATTR_CC_MINOR, c->dev));
   if (st == LM_OK) {
@@ -275,6 +279,9 @@ static lm_status cuda_alloc(void *ctx, size_t bytes, void **buf) {
   *buf = st == LM_OK ? (void *)(uintptr_t)p : NULL;
   return st;
 }
+
+static void *cuda_queue(void *ctx) { return ((cuda_ctx *)ctx)->stream; }
+static const char *cuda_device_id(void *ctx) { return ((cuda_ctx *)ctx)->pci; }
 
 static void cuda_release(void *ctx, void *buf) {
   cuda_ctx *c = ctx;
@@ -762,6 +769,8 @@ const lm_backend_ops lm_backend_cuda = {
     .write = cuda_write,
     .read = cuda_read,
     .fill_zero = cuda_zero,
+    .queue = cuda_queue,
+    .device_id = cuda_device_id,
     .prepare = cuda_prepare,
     .unprepare = cuda_unprepare,
     .run = cuda_run,

@@ -272,6 +272,7 @@ const lm_backend_ops lm_backend_ref = {
     .write = ref_write,
     .read = ref_read,
     .fill_zero = ref_zero,
+    .host_memory = 1,
     .prepare = ref_prepare,
     .unprepare = ref_unprepare,
     .run = ref_run,

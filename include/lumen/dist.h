@@ -50,7 +50,8 @@ void lm_dist_abort(lm_dist_t *d, int code);
  * CUDA device (one GPU per rank: LUMEN_CUDA_DEVICE or CUDA_VISIBLE_DEVICES picks it; cuda_device is
  * kept for when the backend hands its device over). Every rank must call it. NULL and
  * lm_last_error() naming the reason (library missing, a failed call with NCCL's own error string).
- * The trainer does not use it yet (docs/SCALE.md, "What is left"). */
+ * The trainer gathers gradients with it on cuda when every rank has a GPU of its own
+ * (docs/SCALE.md). */
 typedef struct lm_nccl lm_nccl_t;
 lm_nccl_t *lm_nccl_open(lm_dist_t *d, int cuda_device);
 void lm_nccl_close(lm_nccl_t *n);

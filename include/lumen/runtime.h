@@ -50,6 +50,26 @@ lm_status lm_program_numel(lm_program_t *p, const char *name, size_t *count);
 lm_status lm_program_write(lm_program_t *p, const char *name, const float *src, size_t count);
 /* Copies a named output, parameter or state to the host. */
 lm_status lm_program_read(lm_program_t *p, const char *name, float *dst, size_t count);
+/* The backend's own buffer behind a named input or output, for code that moves data without a
+ * copy through lumen (a library's collective, a numpy view). native: the backend's handle (a
+ * host pointer on ref and cpu, a CUdeviceptr on cuda, a cl_mem on opencl); host: the same memory
+ * as a host pointer where the backend's buffers are host memory (ref, cpu), else NULL. Valid
+ * until a bind that resizes it, or the program is freed; runs write an output's buffer in place.
+ * An output's buffer is allocated here if no run has made it yet. Taking a data input's buffer
+ * counts as writing it: the caller fills it (through host, or on the device's queue). */
+typedef struct lm_buffer_view {
+  void *native;
+  float *host;
+  size_t count;
+} lm_buffer_view;
+lm_status lm_program_buffer(lm_program_t *p, const char *name, lm_buffer_view *out);
+/* The queue the backend issues its runs on, in order (a CUstream on cuda), for a library whose
+ * calls must run between two programs' runs without a wait on the host; NULL where the backend
+ * has none (ref, cpu, opencl: a run has finished when lm_program_run returns). */
+void *lm_backend_queue(lm_backend_t *b);
+/* Which device of this machine the backend runs on (cuda: its PCI bus id, "0000:17:00.0"), for
+ * ranks that must each have their own; NULL for backends that run on the host's CPUs. */
+const char *lm_backend_device_id(lm_backend_t *b);
 /* Runs the graph once: computes the outputs, then applies every assign. */
 lm_status lm_program_run(lm_program_t *p);
 

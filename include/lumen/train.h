@@ -84,6 +84,10 @@ lm_trainer *lm_trainer_new(lm_backend_t *b, const lm_env_spec *env, const lm_ppo
  * Every rank must call lm_trainer_iterate, lm_trainer_save and lm_trainer_load together. */
 lm_trainer *lm_trainer_new_dist(lm_backend_t *b, const lm_env_spec *env, const lm_ppo_config *cfg, lm_dist_t *dist);
 lm_dist_t *lm_trainer_dist(const lm_trainer *t);
+/* K > 1: how the gradients cross ranks, in words ("gradients by MPI allgather between the
+ * programs' buffers", "... ncclAllGather ...", "gradients through the host (...)"); "" for one
+ * process. */
+const char *lm_trainer_exchange(const lm_trainer *t);
 void lm_trainer_free(lm_trainer *t);
 /* Collects one rollout and runs epochs × minibatches of updates. */
 lm_status lm_trainer_iterate(lm_trainer *t, lm_iter_stats *stats);

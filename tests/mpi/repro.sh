@@ -15,6 +15,15 @@ opts=(cartpole --steps 32 --minibatches 2 --epochs 2 --total-steps 2048 --seed 5
 "${MPIRUN[@]}" -np 2 "$RLTRAIN" "${opts[@]}" --envs 4 --out "$dir/b" || fail "the second 2-rank run"
 cmp "$dir/a/latest.ckpt" "$dir/b/latest.ckpt" || fail "two 2-rank runs with one seed wrote different checkpoints"
 cmp "$dir/a/checkpoints/step-1024.ckpt" "$dir/b/checkpoints/step-1024.ckpt" || fail "step-1024.ckpt differs"
+# the gradients cross between the programs' buffers (MPI's allgather, a rank-sum kernel) by
+# default on cpu; copied through the host they give the same bits
+LUMEN_DIST_EXCHANGE=host "${MPIRUN[@]}" -np 2 "$RLTRAIN" "${opts[@]}" --envs 4 --out "$dir/h" || fail "the host-exchange run"
+cmp "$dir/a/latest.ckpt" "$dir/h/latest.ckpt" || fail "the exchange between buffers and the one through the host differ"
+out=$("${MPIRUN[@]}" -np 2 "$RLTRAIN" cartpole --steps 32 --envs 4 --total-steps 256 --out "$dir/w" 2>&1) || fail "a 2-rank run: $out"
+grep -q "gradients by MPI allgather between the programs' buffers" <<<"$out" || fail "the run does not say how gradients cross: $out"
+out=$(LUMEN_DIST_EXCHANGE=nccl "${MPIRUN[@]}" -np 2 "$RLTRAIN" "${opts[@]}" --envs 4 --out "$dir/n" 2>&1) &&
+  fail "LUMEN_DIST_EXCHANGE=nccl ran on cpu"
+grep -q "NCCL runs on the cuda backend, not on cpu" <<<"$out" || fail "nccl on cpu: $out"
 "$RLTRAIN" "${opts[@]}" --envs 8 --out "$dir/one" || fail "the one-process run"
 # iteration, env_steps, episodes, mean_return, mean_length of the first iteration
 first() { sed -n 2p "$1/log.csv" | cut -d, -f1,2,4,5,6; }
