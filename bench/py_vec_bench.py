@@ -6,7 +6,11 @@ side in one run, and where the time of a step call goes.
 
 Rows (env steps per second, num_envs x steps / seconds of the loop, after a warm-up):
 - lumen.make_vec("cartpole", N) stepped from a Python loop with numpy random actions, against
-  gymnasium's own vectorised numpy CartPoleVectorEnv(num_envs=N) in the same loop;
+  gymnasium's own vectorised numpy CartPoleVectorEnv(num_envs=N) in the same loop, two ways:
+  actions drawn in the loop (rng.integers, which alone costs 15-35 us at 4096), and drawn
+  beforehand (a pool of 64 random action arrays, cycled: the loop then times the envs); lumen in
+  both auto-reset modes, SAME_STEP (lumen's default: info's final_obs object array) and
+  NEXT_STEP (what CartPoleVectorEnv does);
 - lumen.make_vec("minatar-breakout", N) in the same loop, against gymnax's Breakout-MinAtar
   env-only rate (vmap over N envs, jit, lax.scan of 256 steps with random actions: no Python per
   step), run by --peer-python (a venv with jax and gymnax; never a test dependency) when given
@@ -81,31 +85,42 @@ def per_call_us(fn: Callable[[], Any], calls: int, reps: int) -> float:
     return best_of(reps, once) / calls * 1e6
 
 
-def lumen_rate(env: str, n: int, steps: int, reps: int, rng: np.random.Generator, **params: Any) -> float:
-    envs = lumen.make_vec(env, n, device=DEVICE, seed=0, **params)
+def sampler(rng: np.random.Generator, k: int, n: int, drawn: bool) -> Callable[[], np.ndarray]:
+    """Random actions: drawn in the loop, or cycled from 64 arrays drawn beforehand."""
+    if not drawn:
+        return lambda: rng.integers(0, k, size=n)
+    pool = [rng.integers(0, k, size=n) for _ in range(64)]
+    it = iter(range(1 << 62))
+    return lambda: pool[next(it) % 64]
+
+
+def lumen_rate(env: str, n: int, steps: int, reps: int, rng: np.random.Generator, drawn: bool = False,
+               mode: str = "same_step", **params: Any) -> float:
+    envs = lumen.make_vec(env, n, device=DEVICE, seed=0, autoreset_mode=mode, **params)
     envs.reset(seed=0)
-    k = envs.single_action_space.n
-    r = loop_rate(envs.step, n, steps, lambda: rng.integers(0, k, size=n), reps)
+    r = loop_rate(envs.step, n, steps, sampler(rng, envs.single_action_space.n, n, drawn), reps)
     envs.close()
     return r
 
 
-def gymnasium_cartpole_rate(n: int, steps: int, reps: int, rng: np.random.Generator) -> float:
+def gymnasium_cartpole_rate(n: int, steps: int, reps: int, rng: np.random.Generator, drawn: bool = False) -> float:
     from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
     envs = CartPoleVectorEnv(num_envs=n)
     envs.reset(seed=0)
-    r = loop_rate(envs.step, n, steps, lambda: rng.integers(0, 2, size=n), reps)
+    r = loop_rate(envs.step, n, steps, sampler(rng, 2, n, drawn), reps)
     envs.close()
     return r
 
 
-def overhead(env: str, n: int, calls: int, reps: int) -> Dict[str, float]:
-    """Microseconds per call: the whole Python step, the bare ctypes lm_vecenv_step (same random
-    actions, same output buffers), and the bare call without output buffers (no
-    lm_program_read). The Python overhead includes building info's final_obs object array for
-    the envs whose episode ended (about num_envs / 22 a step for random CartPole)."""
-    envs = lumen.make_vec(env, n, device=DEVICE, seed=0)
+def overhead(env: str, n: int, calls: int, reps: int, mode: str = "same_step") -> Dict[str, float]:
+    """Microseconds per call: the whole Python step, the bare ctypes lm_vecenv_step as the step
+    makes it (no output buffers where the step reads the programs' own through views, else its
+    output buffers), and the bare call with and without output buffers (the output copy,
+    lm_program_read). The Python overhead includes, under SAME_STEP, building info's final_obs
+    object array for the envs whose episode ended (about num_envs / 22 a step for random
+    CartPole)."""
+    envs = lumen.make_vec(env, n, device=DEVICE, seed=0, autoreset_mode=mode)
     envs.reset(seed=0)
     # random actions drawn beforehand (so episodes end at their natural, staggered rate), cycled
     rng = np.random.default_rng(1)
@@ -124,11 +139,12 @@ def overhead(env: str, n: int, calls: int, reps: int) -> Dict[str, float]:
         _, _, term, trunc, _ = envs.step(pick())
         ends.append(term | trunc)
     done = max(ends, key=lambda d: -abs(int(d.sum()) - float(np.mean([e.sum() for e in ends]))))
-    info_us = per_call_us(lambda: envs._final_info(done), calls, reps) if done.any() else 0.0
-    bare = per_call_us(lambda: lib.lm_vecenv_step(ptr, pick().ctypes.data, _lib.DTYPE_I64, n, outs), calls, reps)
+    info_us = per_call_us(lambda: envs._final_info(done), calls, reps) if done.any() and mode == "same_step" else 0.0
+    with_out = per_call_us(lambda: lib.lm_vecenv_step(ptr, pick().ctypes.data, _lib.DTYPE_I64, n, outs), calls, reps)
     no_out = per_call_us(lambda: lib.lm_vecenv_step(ptr, pick().ctypes.data, _lib.DTYPE_I64, n, ctypes.byref(none)),
                          calls, reps)
-    copying = lumen.make_vec(env, n, device=DEVICE, seed=0, copy=True)
+    bare = no_out if envs._zero_copy else with_out
+    copying = lumen.make_vec(env, n, device=DEVICE, seed=0, copy=True, autoreset_mode=mode)
     copying.reset(seed=0)
     for _ in range(200):
         copying.step(pick())
@@ -136,8 +152,8 @@ def overhead(env: str, n: int, calls: int, reps: int) -> Dict[str, float]:
     envs.close()
     copying.close()
     return {"step_us": full, "bare_ctypes_us": bare, "python_overhead_us": full - bare, "no_outputs_us": no_out,
-            "output_copy_us": bare - no_out, "step_copy_true_us": full_copy, "final_info_us": info_us,
-            "ends_per_step": float(np.mean([e.sum() for e in ends]))}
+            "output_copy_us": with_out - no_out, "step_copy_true_us": full_copy, "final_info_us": info_us,
+            "ends_per_step": float(np.mean([e.sum() for e in ends])), "zero_copy": envs._zero_copy}
 
 
 GYMNAX_CODE = r"""
@@ -196,14 +212,19 @@ def main() -> int:
     print(f"lumen {lumen.version()} from {lumen.library_path()}; {n} envs, {steps} steps per loop, best of {reps}; "
           f"loadavg before: {loadavg()}")
     res: Dict[str, Any] = {"num_envs": n, "steps": steps, "loadavg_before": loadavg()}
-    res["lumen_cartpole_sps"] = lumen_rate("cartpole", n, steps, reps, rng)
-    res["gymnasium_cartpole_sps"] = gymnasium_cartpole_rate(n, steps, reps, rng)
+    for drawn, tag in ((False, ""), (True, "_predrawn")):
+        res["gymnasium_cartpole_sps" + tag] = gymnasium_cartpole_rate(n, steps, reps, rng, drawn)
+        res["lumen_cartpole_sps" + tag] = lumen_rate("cartpole", n, steps, reps, rng, drawn)
+        res["lumen_cartpole_next_sps" + tag] = lumen_rate("cartpole", n, steps, reps, rng, drawn, "next_step")
     res["lumen_breakout_sps"] = lumen_rate("minatar-breakout", n, max(steps // 4, 10), reps, rng)
+    res["lumen_breakout_next_sps"] = lumen_rate("minatar-breakout", n, max(steps // 4, 10), reps, rng, False,
+                                                "next_step")
     peer = a.peer_python or (".venv-peers/bin/python" if os.path.exists(".venv-peers/bin/python") else None)
     gx = gymnax_breakout_rate(peer, n, a.gymnax_steps, reps) if peer else None
     res["gymnax_breakout_sps"] = gx["sps"] if gx else None
     res["gymnax"] = gx
     res["overhead_cartpole_N"] = overhead("cartpole", n, steps, reps)
+    res["overhead_cartpole_N_next"] = overhead("cartpole", n, steps, reps, "next_step")
     res["overhead_cartpole_1"] = overhead("cartpole", 1, steps * 20, reps)
     res["loadavg_after"] = loadavg()
 
@@ -215,16 +236,22 @@ def main() -> int:
         print(f"  {name:<52} {sps:12.3e}{ratio}")
 
     print("env steps per second:")
-    row("gymnasium CartPoleVectorEnv, Python loop", res["gymnasium_cartpole_sps"])
-    row("lumen.make_vec('cartpole'), Python loop", res["lumen_cartpole_sps"], res["gymnasium_cartpole_sps"])
+    for tag, how in (("", "actions drawn in the loop"), ("_predrawn", "actions drawn beforehand")):
+        g = res["gymnasium_cartpole_sps" + tag]
+        row(f"gymnasium CartPoleVectorEnv (next step), {how}", g)
+        row(f"lumen 'cartpole', same step, {how}", res["lumen_cartpole_sps" + tag], g)
+        row(f"lumen 'cartpole', next step, {how}", res["lumen_cartpole_next_sps" + tag], g)
     row("gymnax Breakout-MinAtar, jit(lax.scan(vmap))", res["gymnax_breakout_sps"])
-    row("lumen.make_vec('minatar-breakout'), Python loop", res["lumen_breakout_sps"], res["gymnax_breakout_sps"])
+    row("lumen.make_vec('minatar-breakout'), same step", res["lumen_breakout_sps"], res["gymnax_breakout_sps"])
+    row("lumen.make_vec('minatar-breakout'), next step", res["lumen_breakout_next_sps"], res["gymnax_breakout_sps"])
     if gx is None:
         print("  (gymnax: no --peer-python with jax and gymnax; see ../shared/peers/README.md)")
-    for key, label in (("overhead_cartpole_N", f"{n} envs"), ("overhead_cartpole_1", "1 env")):
+    for key, label in (("overhead_cartpole_N", f"{n} envs, same step"), ("overhead_cartpole_N_next", f"{n} envs, next step"),
+                       ("overhead_cartpole_1", "1 env, same step")):
         o = res[key]
         print(f"step call, cartpole, {label}: {o['step_us']:.1f} us in all = {o['bare_ctypes_us']:.1f} us in "
-              f"lm_vecenv_step (ctypes) + {o['python_overhead_us']:.1f} us of Python; output copy "
+              f"lm_vecenv_step (ctypes{', zero copy' if o['zero_copy'] else ''}) + {o['python_overhead_us']:.1f} us of "
+              f"Python; output copy when asked for "
               f"{o['output_copy_us']:.1f} us; with copy=True {o['step_copy_true_us']:.1f} us; of the Python, info's "
               f"final_obs for {o['ends_per_step']:.1f} ended episodes a step {o['final_info_us']:.1f} us")
     print(f"loadavg after: {res['loadavg_after']}")

@@ -2,7 +2,8 @@
  * as two programs compiled once on a backend — a reset that draws every env's first state, and
  * lm_env_vec_step (envs/vec.c: time limit, same-step auto-reset, the action wrappers) as the step
  * — sharing the env state through lm_program_link. The host side checks and converts actions and
- * copies the outputs into the caller's buffers; what `rltrain record` draws is reproduced here. */
+ * copies the outputs into the caller's buffers (or leaves them in the programs' own, lm_vecenv_views);
+ * what `rltrain record` draws is reproduced here. Auto-reset in the same step or in the next. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ struct lm_vecenv {
   int asize;         /* floats per env's action */
   uint64_t seed;     /* the current key */
   int started;       /* reset has run */
+  int next_step;     /* LM_VEC_NEXT_STEP: no final_obs output, a "pending" state */
   float *action;     /* n * asize: the actions as the program reads them */
   float *own;        /* the vec env's own output buffers, lm_vecenv_buffers */
   lm_vecenv_out bufs;
@@ -37,7 +39,7 @@ static const char *const out_names[5] = {"obs", "reward", "terminated", "truncat
  * 62 us plain and 115 us as the scan. The choice follows the graph alone, never a timing, so an
  * env's transitions do not depend on the machine's load. RAND's run counter in a scan is
  * run * T + t = run, as in the plain program. *scan says which was built. */
-static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int64_t n, int *scan) {
+static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int64_t n, int next_step, int *scan) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim N = lm_sym(g, "N");
@@ -45,9 +47,9 @@ static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int64
   lm_tensor act = env->action.kind == LM_SPACE_DISCRETE ? lm_input(g, "action", LM_ROLE_DATA, 1, &N)
                                                         : lm_input(g, "action", LM_ROLE_DATA, 2, (lm_dim[]){N, A});
   lm_vec_step vs;
-  lm_status st = lm_env_vec_step(env, g, "env.", N, act, &vs);
+  lm_status st = (next_step ? lm_env_vec_step_next : lm_env_vec_step)(env, g, "env.", N, act, &vs);
   lm_tensor outs[5] = {vs.obs, vs.reward, vs.terminated, vs.truncated, vs.final_obs};
-  for (int i = 0; i < 5 && st == LM_OK; i++) st = lm_output(outs[i], out_names[i]);
+  for (int i = 0; i < (next_step ? 4 : 5) && st == LM_OK; i++) st = lm_output(outs[i], out_names[i]);
   lm_program_t *p = st == LM_OK ? lm_program_new(b, g) : NULL;
   lm_program_stats stats = {0};
   *scan = 0;
@@ -66,7 +68,7 @@ static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int64
 
 /* The reset program: a fresh state from the reset graph, t = 0, the sticky wrapper's last action
  * 0 (a seeded reset then starts from nothing of the previous episodes), and the first obs. */
-static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b) {
+static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b, int next_step) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim N = lm_sym(g, "N");
@@ -76,6 +78,8 @@ static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b) {
   lm_status st = lm_output(env->observe(g, fresh), "obs");
   if (st == LM_OK) st = lm_assign(s, fresh);
   if (st == LM_OK) st = lm_assign(t, lm_full(g, 0.0f, 1, &N));
+  if (st == LM_OK && next_step) /* envs/vec.c's name: no reset is due */
+    st = lm_assign(lm_input(g, "env.pending", LM_ROLE_STATE, 1, &N), lm_full(g, 0.0f, 1, &N));
   if (st == LM_OK && env->action.kind == LM_SPACE_DISCRETE && env->sticky > 0) {
     lm_tensor last = lm_input(g, "env.last_action", LM_ROLE_STATE, 1, &N); /* envs/vec.c's name */
     st = lm_assign(last, lm_full(g, 0.0f, 1, &N));
@@ -86,6 +90,16 @@ static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b) {
 }
 
 lm_vecenv_t *lm_vecenv_new(const char *name, const char *params, const char *device, int64_t num_envs, uint64_t seed) {
+  return lm_vecenv_open(name, params, device, num_envs, seed, LM_VEC_SAME_STEP);
+}
+
+lm_vecenv_t *lm_vecenv_open(const char *name, const char *params, const char *device, int64_t num_envs, uint64_t seed,
+                            lm_vec_autoreset autoreset) {
+  if (autoreset != LM_VEC_SAME_STEP && autoreset != LM_VEC_NEXT_STEP) {
+    lm_fail(LM_ERR_INVALID, "lm_vecenv_open: auto-reset mode %d, expected LM_VEC_SAME_STEP (0) or LM_VEC_NEXT_STEP (1)",
+            (int)autoreset);
+    return NULL;
+  }
   if (!name || !*name) {
     lm_fail(LM_ERR_INVALID, "lm_vecenv_new: no env given (a name such as 'cartpole', or a plugin path)");
     return NULL;
@@ -110,6 +124,7 @@ lm_vecenv_t *lm_vecenv_new(const char *name, const char *params, const char *dev
   v->env = env;
   v->n = num_envs;
   v->seed = seed;
+  v->next_step = autoreset == LM_VEC_NEXT_STEP;
   v->asize = lm_env_action_size(env);
   const char *dev = device && *device ? device : "auto";
   lm_status st = LM_OK;
@@ -122,8 +137,8 @@ lm_vecenv_t *lm_vecenv_new(const char *name, const char *params, const char *dev
   }
   if (!v->why[0]) snprintf(v->why, sizeof v->why, "%s", lm_backend_name(v->b));
   int scan = 0;
-  v->step = step_program(env, v->b, num_envs, &scan);
-  v->reset = v->step ? reset_program(env, v->b) : NULL;
+  v->step = step_program(env, v->b, num_envs, v->next_step, &scan);
+  v->reset = v->step ? reset_program(env, v->b, v->next_step) : NULL;
   if (!v->reset) {
     st = LM_ERR_INVALID;
     snprintf(msg, sizeof msg, "cannot build its programs on %s: %s", lm_backend_name(v->b), lm_last_error());
@@ -133,6 +148,7 @@ lm_vecenv_t *lm_vecenv_new(const char *name, const char *params, const char *dev
       (st = lm_program_bind(v->reset, "N", num_envs)) != LM_OK ||
       (st = lm_program_link(v->reset, "env.state", v->step, "env.state")) != LM_OK ||
       (st = lm_program_link(v->reset, "env.t", v->step, "env.t")) != LM_OK ||
+      (v->next_step && (st = lm_program_link(v->reset, "env.pending", v->step, "env.pending")) != LM_OK) ||
       (env->action.kind == LM_SPACE_DISCRETE && env->sticky > 0 &&
        (st = lm_program_link(v->reset, "env.last_action", v->step, "env.last_action")) != LM_OK)) {
     snprintf(msg, sizeof msg, "%s", lm_last_error());
@@ -202,6 +218,7 @@ lm_status lm_vecenv_get_info(const lm_vecenv_t *v, lm_vecenv_info *out) {
   lm_status st = lm_vecenv_spec_info(v->env, out);
   out->device = lm_backend_name(v->b);
   out->num_envs = v->n;
+  out->autoreset = v->next_step ? LM_VEC_NEXT_STEP : LM_VEC_SAME_STEP;
   return st;
 }
 
@@ -216,9 +233,28 @@ static lm_status read_outputs(lm_vecenv_t *v, lm_program_t *p, const lm_vecenv_o
   float *dst[5] = {o->obs, o->reward, o->terminated, o->truncated, o->final_obs};
   size_t cnt[5] = {n * O, n, n, n, n * O};
   lm_status st = LM_OK;
-  for (int i = 0; i < (only_obs ? 1 : 5) && st == LM_OK; i++)
+  for (int i = 0; i < (only_obs ? 1 : v->next_step ? 4 : 5) && st == LM_OK; i++)
     if (dst[i]) st = lm_program_read(p, out_names[i], dst[i], cnt[i]);
   return st;
+}
+
+lm_status lm_vecenv_views(lm_vecenv_t *v, int step, lm_vecenv_out *views) {
+  if (!v || !views) return lm_fail(LM_ERR_INVALID, "lm_vecenv_views: %s is NULL", !v ? "the vec env" : "views");
+  memset(views, 0, sizeof *views);
+  lm_program_t *p = step ? v->step : v->reset;
+  float **dst[5] = {&views->obs, &views->reward, &views->terminated, &views->truncated, &views->final_obs};
+  lm_vecenv_out got = {0};
+  float **g[5] = {&got.obs, &got.reward, &got.terminated, &got.truncated, &got.final_obs};
+  int n = !step ? 1 : v->next_step ? 4 : 5;
+  for (int i = 0; i < n; i++) {
+    lm_buffer_view bv;
+    lm_status st = lm_program_buffer(p, out_names[i], &bv);
+    if (st != LM_OK) return st;
+    if (!bv.host) return LM_OK; /* not host memory: no views at all */
+    *g[i] = bv.host;
+  }
+  for (int i = 0; i < 5; i++) *dst[i] = *g[i];
+  return LM_OK;
 }
 
 lm_status lm_vecenv_reset(lm_vecenv_t *v, int reseed, uint64_t seed, const lm_vecenv_out *out) {

@@ -169,6 +169,69 @@ Test(vecenv, two_vec_envs_and_the_callers_buffers_agree) {
   lm_vecenv_free(b);
 }
 
+/* NEXT_STEP against SAME_STEP on the same seed and actions: until an env's first episode ends
+ * the two step the same states (NEXT's obs is SAME's final_obs, rewards and flags equal); the
+ * step after any end of a NEXT episode takes no action and gives ref_reset under that step's
+ * counter (k + 2 after an end at step k), reward 0, both flags 0. A second NEXT env read through
+ * lm_vecenv_views (no copies; no final_obs) gives the same bits as copies. */
+Test(vecenv, next_step_autoreset_resets_in_the_step_after_an_end) {
+  const uint64_t seed = 7;
+  lm_vecenv_t *same = lm_vecenv_open("cartpole", NULL, "cpu", N, seed, LM_VEC_SAME_STEP);
+  lm_vecenv_t *next = lm_vecenv_open("cartpole", NULL, "cpu", N, seed, LM_VEC_NEXT_STEP);
+  lm_vecenv_t *viewed = lm_vecenv_open("cartpole", NULL, "cpu", N, seed, LM_VEC_NEXT_STEP);
+  cr_assert(same && next && viewed, "%s", lm_last_error());
+  lm_vecenv_info info;
+  cr_assert_eq(lm_vecenv_get_info(next, &info), LM_OK);
+  cr_assert_eq(info.autoreset, LM_VEC_NEXT_STEP);
+  cr_assert_null(lm_vecenv_open("cartpole", NULL, "cpu", N, seed, (lm_vec_autoreset)5));
+  cr_assert(strstr(lm_last_error(), "auto-reset mode 5"), "%s", lm_last_error());
+  const lm_env_spec *e = lm_vecenv_spec(next);
+  lm_vecenv_out s = lm_vecenv_buffers(same), x = lm_vecenv_buffers(next), vs, vr, none = {0};
+  cr_assert_eq(lm_vecenv_views(viewed, 1, &vs), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_vecenv_views(viewed, 0, &vr), LM_OK, "%s", lm_last_error());
+  cr_assert(vs.obs && vs.reward && vs.terminated && vs.truncated && vr.obs, "cpu's buffers are host memory");
+  cr_assert_null(vs.final_obs, "no final_obs under NEXT_STEP");
+  cr_assert_null(vr.reward, "a reset gives obs only");
+  cr_assert_eq(lm_vecenv_reset(same, 1, seed, NULL), LM_OK);
+  cr_assert_eq(lm_vecenv_reset(next, 1, seed, NULL), LM_OK);
+  cr_assert_eq(lm_vecenv_reset(viewed, 1, seed, &none), LM_OK);
+  check_same_bits("first obs through the reset's view", vr.obs, x.obs, N * 4);
+  int ended[N] = {0}, due[N] = {0}, resets = 0, checked = 0;
+  float act[N], fresh[4];
+  for (uint64_t k = 0; k < 120; k++) {
+    cr_assert_eq(lm_vecenv_random_actions(same, k, act, N), LM_OK);
+    cr_assert_eq(lm_vecenv_step(same, act, LM_VEC_DTYPE_F32, N, NULL), LM_OK, "%s", lm_last_error());
+    cr_assert_eq(lm_vecenv_step(next, act, LM_VEC_DTYPE_F32, N, NULL), LM_OK, "%s", lm_last_error());
+    cr_assert_eq(lm_vecenv_step(viewed, act, LM_VEC_DTYPE_F32, N, &none), LM_OK, "%s", lm_last_error());
+    check_same_bits("obs through the view", vs.obs, x.obs, N * 4);
+    check_same_bits("reward through the view", vs.reward, x.reward, N);
+    check_same_bits("terminated through the view", vs.terminated, x.terminated, N);
+    check_same_bits("truncated through the view", vs.truncated, x.truncated, N);
+    for (int i = 0; i < N; i++) {
+      if (due[i]) { /* the reset step */
+        e->ref_reset(fresh, seed, (uint64_t)i, k + 1);
+        check_same_bits("the reset step's first obs", x.obs + i * 4, fresh, 4);
+        cr_assert(x.reward[i] == 0 && x.terminated[i] == 0 && x.truncated[i] == 0, "env %d step %d: %g %g %g", i,
+                  (int)k, (double)x.reward[i], (double)x.terminated[i], (double)x.truncated[i]);
+        due[i] = 0;
+        resets++;
+        continue;
+      }
+      if (!ended[i]) { /* still the first episode: the same states as under SAME_STEP */
+        check_same_bits("obs is what the step reached", x.obs + i * 4, s.final_obs + i * 4, 4);
+        cr_assert(x.reward[i] == s.reward[i] && x.terminated[i] == s.terminated[i] && x.truncated[i] == s.truncated[i]);
+        checked++;
+      }
+      if (x.terminated[i] != 0 || x.truncated[i] != 0) ended[i] = due[i] = 1;
+    }
+  }
+  cr_assert_gt(resets, 60, "random CartPole episodes end every ~22 steps: %d reset steps", resets);
+  cr_assert_gt(checked, 300);
+  lm_vecenv_free(same);
+  lm_vecenv_free(next);
+  lm_vecenv_free(viewed);
+}
+
 /* ---------------------------------------------------------------- lm_actor_t */
 
 static char ckpt[64] = "/tmp/lumen-vecenv-XXXXXX"; /* room for the file name after the directory */

@@ -192,6 +192,13 @@ typedef struct lm_vec_step {
 } lm_vec_step;
 lm_status lm_env_vec_step(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n_envs,
                           lm_tensor action, lm_vec_step *out);
+/* The same env with Gymnasium's next-step auto-reset (AutoresetMode.NEXT_STEP): obs is what the
+ * step reached (final_obs is the same tensor), and an env whose episode ended is reset by the
+ * next step, which ignores its action and gives the first observation, reward 0, terminated
+ * and truncated 0. A third STATE input, prefix + "pending" ([N]), is 1 where that reset is due
+ * (0 at first). The reset draws at the step that performs it. */
+lm_status lm_env_vec_step_next(const lm_env_spec *env, lm_graph_t *g, const char *prefix, lm_dim n_envs,
+                               lm_tensor action, lm_vec_step *out);
 
 /* Steps n envs once, each from its own given state: the env's step and observe graphs compiled
  * on backend b and run once over the batch (no time limit, no reset). state [n, state_size] and

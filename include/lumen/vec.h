@@ -25,6 +25,12 @@ typedef enum lm_vec_dtype {
   LM_VEC_DTYPE_COUNT
 } lm_vec_dtype;
 
+/* When an ended episode restarts (Gymnasium's AutoresetMode): SAME_STEP in the step that ended it
+ * (obs is the new episode's first observation, final_obs the one the step reached), NEXT_STEP in
+ * the next step, which ignores that env's action (obs is the observation the step reached; the
+ * next step gives the first observation with reward 0 and both flags 0; no final_obs). */
+typedef enum lm_vec_autoreset { LM_VEC_SAME_STEP, LM_VEC_NEXT_STEP } lm_vec_autoreset;
+
 /* What a vector env is, for building its spaces: the env's own fields after lm_env_configure
  * (pointers stay valid for the life of the process, like the spec they come from). */
 typedef struct lm_vecenv_info {
@@ -45,6 +51,7 @@ typedef struct lm_vecenv_info {
   float sticky;
   /* `rltrain check`'s tolerances between the graph and the reference stepper (lm_env_spec) */
   float check_rtol, check_atol, reward_rtol, reward_atol;
+  int autoreset;                /* lm_vec_autoreset (lm_vecenv_get_info; 0 from lm_vecenv_spec_info) */
 } lm_vecenv_info;
 
 /* ---- the vector env ----
@@ -62,6 +69,11 @@ typedef struct lm_vecenv_info {
  * states came from. A reset without a new seed draws at the next unused run counter c and the
  * steps continue from c + 1. lm_vecenv_random_actions gives record's uniform random actions. */
 lm_vecenv_t *lm_vecenv_new(const char *env, const char *params, const char *device, int64_t num_envs, uint64_t seed);
+/* lm_vecenv_new with the auto-reset mode (lm_vecenv_new is LM_VEC_SAME_STEP). Under NEXT_STEP
+ * the reset of an ended episode draws at the step that performs it (run counter k + 1 of that
+ * step), so an env's episodes are drawn at other counters than under SAME_STEP. */
+lm_vecenv_t *lm_vecenv_open(const char *env, const char *params, const char *device, int64_t num_envs, uint64_t seed,
+                            lm_vec_autoreset autoreset);
 void lm_vecenv_free(lm_vecenv_t *v);
 lm_status lm_vecenv_get_info(const lm_vecenv_t *v, lm_vecenv_info *out);
 /* The same fields for an env spec alone (device NULL, num_envs 0): what lm_actor_env's env is. */
@@ -72,11 +84,18 @@ const char *lm_vecenv_why(const lm_vecenv_t *v);
 
 /* Output buffers of reset and step, each NULL or of the size given: obs and final_obs
  * num_envs * obs_size floats, reward, terminated and truncated num_envs floats (0 or 1). A NULL
- * buffer is not written (lm_vecenv_buffers gives the vec env's own, valid until it is freed). */
+ * buffer is not written (lm_vecenv_buffers gives the vec env's own, valid until it is freed);
+ * final_obs is never written under NEXT_STEP. */
 typedef struct lm_vecenv_out {
   float *obs, *reward, *terminated, *truncated, *final_obs;
 } lm_vecenv_out;
 lm_vecenv_out lm_vecenv_buffers(lm_vecenv_t *v);
+/* The programs' own output buffers, where the backend's memory is the host's (cpu, ref): what a
+ * step (step = 1) or a reset (step = 0: obs only) writes, in place, at every call, so a caller
+ * can read them without lm_vecenv_step copying anything (pass an lm_vecenv_out of NULLs). NULL
+ * fields where the backend's buffers are not host memory (opencl, cuda: copy through out), and
+ * final_obs under NEXT_STEP. Valid until the vec env is freed. */
+lm_status lm_vecenv_views(lm_vecenv_t *v, int step, lm_vecenv_out *views);
 
 /* Starts every env's episode: with reseed the key becomes seed (as above), without it the key
  * stays and the draws continue. Writes out->obs when given (the other buffers are not touched). */

@@ -28,6 +28,7 @@ LM_MAX_RANK = 8
 STATUS_NAMES = ["ok", "invalid", "nomem", "io", "unsupported", "backend", "compile", "corrupt"]
 
 DTYPE_F32, DTYPE_F64, DTYPE_I32, DTYPE_I64 = 0, 1, 2, 3
+SAME_STEP, NEXT_STEP = 0, 1  # lm_vec_autoreset
 
 
 class LumenError(RuntimeError):
@@ -66,6 +67,7 @@ class VecEnvInfo(Structure):
         ("check_atol", c_float),
         ("reward_rtol", c_float),
         ("reward_atol", c_float),
+        ("autoreset", c_int),
     ]
 
 
@@ -107,6 +109,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     fn("lm_last_error", c_char_p)
     fn("lm_version", c_char_p)
     fn("lm_vecenv_new", c_void_p, c_char_p, c_char_p, c_char_p, c_int64, c_uint64)
+    fn("lm_vecenv_open", c_void_p, c_char_p, c_char_p, c_char_p, c_int64, c_uint64, c_int)
+    fn("lm_vecenv_views", c_int, c_void_p, c_int, POINTER(VecEnvOut))
     fn("lm_vecenv_free", None, c_void_p)
     fn("lm_vecenv_get_info", c_int, c_void_p, POINTER(VecEnvInfo))
     fn("lm_vecenv_why", c_char_p, c_void_p)

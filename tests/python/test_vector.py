@@ -4,6 +4,7 @@ process, and env parameters."""
 
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 import lumen
 
@@ -92,9 +93,18 @@ def test_views_and_copies():
     obs0, _ = envs.reset()
     keep = obs0.copy()
     assert not obs0.flags.writeable
-    obs1, *_ = envs.step(np.ones(4, np.int64))
-    assert obs1 is obs0 or np.shares_memory(obs1, obs0)  # the same buffer, overwritten
-    assert not np.array_equal(obs0, keep)
+    obs1, rew1, *_ = envs.step(np.ones(4, np.int64))
+    step1 = obs1.copy()
+    assert not obs1.flags.writeable and not rew1.flags.writeable
+    obs2, *_ = envs.step(np.ones(4, np.int64))
+    assert obs2 is obs1 or np.shares_memory(obs2, obs1)  # the same buffer, overwritten by the next step
+    assert not np.array_equal(obs1, step1)
+    envs.reset(seed=5)
+    assert not np.array_equal(obs0, keep)  # and by the next reset
+    if envs.device in ("cpu", "ref"):  # zero copy: views of the programs' own buffers
+        assert obs0.base is not None and obs1.base is not None
+    envs.close()
+    assert np.isfinite(obs1).all()  # a view keeps the env's memory alive after close
     copying = lumen.make_vec("cartpole", 4, seed=1, copy=True)
     c0, _ = copying.reset()
     assert np.array_equal(c0, keep)
@@ -138,3 +148,52 @@ def test_ref_and_cpu_backends_agree():
                 assert all(np.array_equal(p, q) for p, q in zip(x[1:], y[1:]))
             else:
                 assert all(np.array_equal(p, q) for p, q in zip(x, y))
+
+
+def same_reached(envs, info):
+    """SAME_STEP's observation the step reached: final_obs where an episode ended, else obs."""
+    obs = envs._s_obs if envs._zero_copy else envs._obs
+    out = obs.copy()
+    for i in np.flatnonzero(info.get("_final_obs", np.zeros(envs.num_envs, bool))):
+        out[i] = info["final_obs"][i]
+    return out
+
+
+def test_next_step_autoreset_resets_in_the_step_after_an_end():
+    same = lumen.make_vec("cartpole", 16, seed=4)
+    nxt = lumen.make_vec("cartpole", 16, seed=4, autoreset_mode="next_step")
+    assert nxt.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    assert same.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    assert lumen.make_vec("cartpole", 2, autoreset_mode=AutoresetMode.NEXT_STEP).metadata["autoreset_mode"] == \
+        AutoresetMode.NEXT_STEP
+    same.reset(seed=4)
+    nxt.reset(seed=4)
+    first = np.zeros(16, bool)  # env's first episode has ended
+    due = np.zeros(16, bool)
+    resets = 0
+    for k in range(100):
+        a = same.random_actions(k)
+        _, rs, ts, us, info_s = same.step(a)
+        obs, r, term, trunc, info = nxt.step(a)
+        assert info == {}
+        assert not (term[due] | trunc[due]).any() and (r[due] == 0).all()
+        state = nxt.state()
+        assert np.array_equal(obs[due], state[due])  # the first observation of the new episode
+        resets += int(due.sum())
+        live = ~first & ~due
+        ended_s = ts | us
+        same_obs = np.array(same_reached(same, info_s))  # what the step reached
+        assert np.array_equal(obs[live], same_obs[live])
+        assert np.array_equal(r[live], rs[live]) and np.array_equal(term[live], ts[live])
+        assert np.array_equal(trunc[live], us[live]) and np.array_equal((term | trunc)[live], ended_s[live])
+        ended = (term | trunc) & ~due
+        first |= ended
+        due = ended
+    assert resets > 30
+
+
+def test_a_bad_autoreset_mode_is_refused():
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        lumen.make_vec("cartpole", 2, autoreset_mode="sometimes")
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        lumen.make_vec("cartpole", 2, autoreset_mode=AutoresetMode.DISABLED)
