@@ -618,6 +618,22 @@ Test(scan, the_cpu_scan_kernel_has_lane_loops_unless_turned_off) {
   cr_assert_eq(off, 0, "LUMEN_SCAN_LANES=1 still left %d lane loops", off);
 }
 
+/* With N symbolic the lane blocks' guards (env < N) hold in every block below N / 64: the C
+ * entry runs those blocks through a copy of the body with the guards printed as 1, the rest
+ * through the guarded body (compiler/render.c, find_tails); the partial and whole block test
+ * above checks both against ref. */
+Test(scan, the_cpu_scan_kernel_runs_its_whole_blocks_without_the_tail_guards) {
+  char dir[] = "/tmp/lumen-tails-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  setenv("LUMEN_DUMP", dir, 1);
+  lanes_run r = lanes_on("cpu", NULL, NULL, 2, 16);
+  unsetenv("LUMEN_DUMP");
+  lanes_free(&r);
+  int n = check_dump_lines(dir, "const int64_t \\(end = lm_full_end\\|start = lm_tail_start\\);");
+  /* two lines a kernel (the cpu backend builds its lane widths, 64 and 8, as two kernels) */
+  cr_assert(n >= 2 && n % 2 == 0, "%d lines of the two block ranges (whole blocks, the rest) in the dumped kernels", n);
+}
+
 /* A layer in lanes is jammed by eight outputs with its dot products as running sums in
  * registers (compiler/lanes.c); each output still adds its terms in order from +0, so a
  * matvec step with no transcendental gives ref's bits on cpu, with lanes and without:
