@@ -314,6 +314,8 @@ typedef struct nccl_api {
   int (*AllGather)(const void *send, void *recv, size_t count, int type, nccl_comm comm, void *stream);
   int (*AllReduce)(const void *send, void *recv, size_t count, int type, int op, nccl_comm comm, void *stream);
   const char *(*GetErrorString)(int result);
+  int (*GroupStart)(void);
+  int (*GroupEnd)(void);
 } nccl_api;
 
 static const struct {
@@ -322,7 +324,7 @@ static const struct {
 } nccl_symbols[] = {
 #define SYM(f) {"nccl" #f, offsetof(nccl_api, f)}
     SYM(GetVersion), SYM(GetUniqueId), SYM(CommInitRank), SYM(CommDestroy), SYM(AllGather), SYM(AllReduce),
-    SYM(GetErrorString),
+    SYM(GetErrorString), SYM(GroupStart), SYM(GroupEnd),
 #undef SYM
 };
 
@@ -402,6 +404,8 @@ const char *lm_nccl_version(const lm_nccl_t *n) { return n ? n->version : ""; }
 lm_status lm_nccl_allgather_f32(lm_nccl_t *n, const void *send, void *recv, size_t count, void *stream) {
   return NCCL(AllGather(send, recv, count, NCCL_FLOAT32, n->comm, stream));
 }
+
+lm_status lm_nccl_group(lm_nccl_t *n, int begin) { return begin ? NCCL(GroupStart()) : NCCL(GroupEnd()); }
 
 lm_status lm_nccl_allreduce_f32(lm_nccl_t *n, void *buf, size_t count, void *stream) {
   return NCCL(AllReduce(buf, buf, count, NCCL_FLOAT32, NCCL_SUM, n->comm, stream));

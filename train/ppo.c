@@ -686,10 +686,15 @@ static lm_status step_across_ranks(lm_trainer *t) {
   lm_status st = LM_OK;
   if (t->rsum) { /* setup_exchange: gathered between the buffers, summed by rsum, read there by Adam */
     void *queue = lm_backend_queue(t->b);
+    if (t->nccl) st = lm_nccl_group(t->nccl, 1); /* one launch for every parameter's allgather */
     for (int i = 0; i < t->upol.nparams && st == LM_OK; i++)
       st = t->nccl ? lm_nccl_allgather_f32(t->nccl, t->send[i].native, t->recv[i].native, t->send[i].count, queue)
                    : lm_dist_allgather(t->dist, t->send[i].host, t->send[i].count * sizeof(float), t->recv[i].host,
                                        "gradients");
+    if (t->nccl) {
+      lm_status end = lm_nccl_group(t->nccl, 0);
+      if (st == LM_OK) st = end;
+    }
     if (st == LM_OK) st = lm_program_run(t->rsum);
     return st == LM_OK ? lm_program_run(t->adam) : st;
   }

@@ -61,6 +61,9 @@ const char *lm_nccl_version(const lm_nccl_t *n);
  * `stream` (a CUstream; 0 for the default stream): the fixed-order exchange of the gradient
  * vectors, reduced after it in rank order by the caller's graph. */
 lm_status lm_nccl_allgather_f32(lm_nccl_t *n, const void *send, void *recv, size_t count, void *stream);
+/* ncclGroupStart (begin) or ncclGroupEnd: the collectives between them launch as one (the
+ * trainer's allgather of every parameter's gradients). */
+lm_status lm_nccl_group(lm_nccl_t *n, int begin);
 /* ncclAllReduce (sum) of `count` floats in place: NCCL's own order, fixed for a given topology. */
 lm_status lm_nccl_allreduce_f32(lm_nccl_t *n, void *buf, size_t count, void *stream);
 
