@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- the per-language table */
@@ -1211,12 +1212,13 @@ static void emit_unflatten(rk *r, lm_sb *sb) {
  * (full), and the rest through the guarded body: the same statements, no guard on what holds.
  * This is a pass of the printer, not a rule: it changes no statement, only how a run splits its
  * block range, which the loop IR does not express (its chunks come from the pool at run time).
- * Found only when every such guard has the same E (without loop variables) and L. */
+ * Found only when every such guard has the same E (without loop variables) and L;
+ * LUMEN_NO_FULL_BLOCKS=1 turns it off (experiments). */
 static void find_tails(rk *r) {
   const lm_kernel *k = r->k;
   lm_exprs *x = r->x;
   r->ntail = 0;
-  if (r->dia != LM_DIALECT_C || k->npar < 1) return;
+  if (r->dia != LM_DIALECT_C || k->npar < 1 || getenv("LUMEN_NO_FULL_BLOCKS")) return;
   int64_t L = 0;
   if (k->nloops > 64) return;
   for (size_t i = 0; i < k->nstmts; i++) {
