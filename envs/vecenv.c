@@ -242,18 +242,17 @@ lm_status lm_vecenv_views(lm_vecenv_t *v, int step, lm_vecenv_out *views) {
   if (!v || !views) return lm_fail(LM_ERR_INVALID, "lm_vecenv_views: %s is NULL", !v ? "the vec env" : "views");
   memset(views, 0, sizeof *views);
   lm_program_t *p = step ? v->step : v->reset;
-  float **dst[5] = {&views->obs, &views->reward, &views->terminated, &views->truncated, &views->final_obs};
   lm_vecenv_out got = {0};
-  float **g[5] = {&got.obs, &got.reward, &got.terminated, &got.truncated, &got.final_obs};
+  float **field[5] = {&got.obs, &got.reward, &got.terminated, &got.truncated, &got.final_obs};
   int n = !step ? 1 : v->next_step ? 4 : 5;
   for (int i = 0; i < n; i++) {
     lm_buffer_view bv;
     lm_status st = lm_program_buffer(p, out_names[i], &bv);
     if (st != LM_OK) return st;
     if (!bv.host) return LM_OK; /* not host memory: no views at all */
-    *g[i] = bv.host;
+    *field[i] = bv.host;
   }
-  for (int i = 0; i < 5; i++) *dst[i] = *g[i];
+  *views = got;
   return LM_OK;
 }
 
@@ -296,7 +295,7 @@ static lm_status bad_action(const lm_vecenv_t *v, const void *actions, lm_vec_dt
 
 /* Converts and checks the actions into v->action; LM_ERR_INVALID names the first bad one. One
  * branch-free pass per type (the compiler vectorises it: at 4096 envs the checked conversion
- * with a branch per action took ~10 us of a 50 us step), and a second pass only to name a bad
+ * with a branch per action took ~17 us of a 54 us CartPole step), and a second pass only to name a bad
  * action. */
 static lm_status take_actions(lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype) {
   const lm_env_spec *e = v->env;

@@ -602,15 +602,17 @@ Test(scan, lanes_give_the_same_bits_on_1_2_and_3_threads) {
 
 /* The generated kernel really is in lane form: LUMEN_DUMP's loop IR shows lane loops, and
  * LUMEN_SCAN_LANES=1 turns them off. */
-static int dumped_lane_loops(const char *lanes) {
+static int dumped_lines(const char *lanes, const char *re) {
   char dir[] = "/tmp/lumen-lanes-XXXXXX";
   cr_assert(mkdtemp(dir));
   setenv("LUMEN_DUMP", dir, 1);
   lanes_run r = lanes_on("cpu", lanes, NULL, 2, 16);
   unsetenv("LUMEN_DUMP");
   lanes_free(&r);
-  return check_dump_lines(dir, "lanes i");
+  return check_dump_lines(dir, re);
 }
+
+static int dumped_lane_loops(const char *lanes) { return dumped_lines(lanes, "lanes i"); }
 
 Test(scan, the_cpu_scan_kernel_has_lane_loops_unless_turned_off) {
   int on = dumped_lane_loops(NULL), off = dumped_lane_loops("1");
@@ -623,13 +625,7 @@ Test(scan, the_cpu_scan_kernel_has_lane_loops_unless_turned_off) {
  * through the guarded body (compiler/render.c, find_tails); the partial and whole block test
  * above checks both against ref. */
 Test(scan, the_cpu_scan_kernel_runs_its_whole_blocks_without_the_tail_guards) {
-  char dir[] = "/tmp/lumen-tails-XXXXXX";
-  cr_assert(mkdtemp(dir));
-  setenv("LUMEN_DUMP", dir, 1);
-  lanes_run r = lanes_on("cpu", NULL, NULL, 2, 16);
-  unsetenv("LUMEN_DUMP");
-  lanes_free(&r);
-  int n = check_dump_lines(dir, "const int64_t \\(end = lm_full_end\\|start = lm_tail_start\\);");
+  int n = dumped_lines(NULL, "const int64_t \\(end = lm_full_end\\|start = lm_tail_start\\);");
   /* two lines a kernel (the cpu backend builds its lane widths, 64 and 8, as two kernels) */
   cr_assert(n >= 2 && n % 2 == 0, "%d lines of the two block ranges (whole blocks, the rest) in the dumped kernels", n);
 }
