@@ -10,7 +10,7 @@ cd "$ROOT"
 
 # libclang-rt-dev: clang's sanitizer and libFuzzer runtimes (only recommended by clang on Debian)
 PACKAGES=(build-essential cmake clang libclang-rt-dev pkg-config libcriterion-dev libsdl2-dev
-          libsdl2-image-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo xvfb xauth
+          libsdl2-image-dev libpng-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo xvfb xauth
           openmpi-bin libopenmpi-dev python3-venv)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
