@@ -923,14 +923,14 @@ uint64_t lm_x_vars_used(const lm_exprs *x, lm_expr e) {
   }
 }
 
-int lm_x_uses_symbols(const lm_exprs *x, lm_expr e) {
+uint64_t lm_x_syms_used(const lm_exprs *x, lm_expr e) {
   if (!e) return 0;
   const lm_xnode *nd = &x->nodes[e];
   switch (nd->op) {
   case LM_X_CONST:
   case LM_X_VAR: return 0;
-  case LM_X_SYM: return 1;
-  default: return lm_x_uses_symbols(x, nd->a) || lm_x_uses_symbols(x, nd->b);
+  case LM_X_SYM: return 1ull << (nd->v < 63 ? nd->v : 63);
+  default: return lm_x_syms_used(x, nd->a) | lm_x_syms_used(x, nd->b);
   }
 }
 

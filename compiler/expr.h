@@ -101,9 +101,16 @@ int lm_x_prove_eq(lm_exprs *x, lm_expr a, lm_expr b);
  * that loop variable. Their constant divisors are appended to d (when not NULL; up to 8 in all,
  * *nd counting them). */
 int lm_x_divmods(const lm_exprs *x, lm_expr e, int var, int64_t *d, int *nd);
-/* Vars and symbols that occur in e (bit masks; symbols beyond 63 are not tracked). */
+/* The loop variables that occur in e, a bit each (variables beyond 63 are not tracked). */
 uint64_t lm_x_vars_used(const lm_exprs *x, lm_expr e);
-int lm_x_uses_symbols(const lm_exprs *x, lm_expr e);
+/* The symbols that occur in e, a bit each; bit 63 stands for every symbol from 63 on. */
+uint64_t lm_x_syms_used(const lm_exprs *x, lm_expr e);
+/* 1 when a and b (n values each) agree on every symbol of mask (bit 63: on all from 63 on). */
+static inline int lm_x_syms_agree(uint64_t mask, const int64_t *a, const int64_t *b, size_t n) {
+  for (size_t s = 0; s < n; s++)
+    if (mask >> (s < 63 ? s : 63) & 1 && a[s] != b[s]) return 0;
+  return 1;
+}
 
 /* e with every variable v < nmap that has map[v] != 0 replaced by map[v] (not simplified). */
 lm_expr lm_x_subst(lm_exprs *x, lm_expr e, const lm_expr *map, int nmap);

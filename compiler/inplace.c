@@ -67,7 +67,7 @@ static int cmp_i64(const void *a, const void *b) {
 static int injective(const ip *c, const lm_stmt *P, const int32_t *pchain, int n) {
   const lm_kernel *k = c->k;
   int64_t ext[MAX_DEPTH], total = 1;
-  if (lm_x_uses_symbols(c->x, P->idx)) return 0;
+  if (lm_x_syms_used(c->x, P->idx)) return 0;
   for (int i = 0; i < n; i++) {
     const lm_xnode *e = lm_x_node(c->x, k->loops[pchain[i]].extent);
     if (e->op != LM_X_CONST || e->v < 1 || (total *= e->v) > MAX_POINTS) return 0;

@@ -95,6 +95,7 @@ lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *ou
   for (size_t i = 0; i < p->nbufs; i++) {
     const lm_pbuf *b = &p->bufs[i];
     int64_t n = lm_x_eval(x, b->numel, NULL, syms);
+    out->syms |= lm_x_syms_used(x, b->numel);
     out->count[i] = n > 0 ? (size_t)n : 0;
     first[i] = b->kind == LM_BUF_TEMP ? b->first : -1;
     last[i] = b->last;
@@ -107,6 +108,7 @@ lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *ou
     out->work[i] = 1;
     for (int l = 0; l < k->npar; l++) out->work[i] *= lm_x_eval(x, k->loops[l].extent, NULL, syms);
     out->cost[i] = lm_kernel_cost(x, k, syms);
+    for (size_t l = 0; l < k->nloops; l++) out->syms |= lm_x_syms_used(x, k->loops[l].extent);
   }
   st = lm_memplan(p->nbufs, bytes, first, last, 64, out->offset, &out->arena_bytes);
 done:

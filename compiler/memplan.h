@@ -20,9 +20,15 @@ typedef struct lm_layout {
   int64_t *extent;     /* per kernel: extent of the partitioned outer loop (1 if none) */
   int64_t *work;       /* per kernel: iterations of its whole parallel domain */
   int64_t *cost;       /* per kernel: lm_kernel_cost (a rough size of its work) */
+  uint64_t syms;       /* the symbols it depends on (lm_x_syms_used of sizes and extents) */
 } lm_layout;
 
 lm_status lm_layout_compute(const lm_plan *p, const int64_t *syms, lm_layout *out);
+/* 1 when layout l, computed under the values `had`, holds under `syms` too: a PPO update's
+ * minibatch offset moves a slice, not a size, so rebinding it keeps the layout. */
+static inline int lm_layout_holds(const lm_layout *l, const int64_t *had, const int64_t *syms, size_t nsyms) {
+  return lm_x_syms_agree(l->syms, had, syms, nsyms);
+}
 
 /* The work of kernel k under these symbol values: statements executed, heavy ones weighted
  * (the layout's cost). */

@@ -638,7 +638,7 @@ static int xprec(uint8_t op) {
 }
 
 static int constish(const lm_exprs *x, lm_expr e) {
-  return !lm_x_vars_used(x, e) && !lm_x_uses_symbols(x, e);
+  return !lm_x_vars_used(x, e) && !lm_x_syms_used(x, e);
 }
 
 /* An integer constant; `wide` forces the 64-bit type (both operands are constants). */

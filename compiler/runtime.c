@@ -38,7 +38,9 @@ struct lm_program {
   uint64_t seed, run;
   lm_scan_info scan;
   uint8_t *per_step; /* per input */
-  int bindings_ok;   /* the bindings passed lm_graph_check_bindings and have not changed since */
+  uint64_t unchecked; /* symbols rebound since the bindings last passed (a bit each, as lm_x_syms_used) */
+  int checked;        /* a full check has passed: later ones cover what `unchecked` reaches */
+  uint64_t *check_masks; /* lm_graph_binding_masks, made at the first partial check */
 };
 
 int lm_backend_count(void) { return (int)LM_COUNTOF(registry); }
@@ -169,6 +171,7 @@ void lm_program_free(lm_program_t *p) {
   lm_graph_free(p->g);
   lm_free(p->syms);
   lm_free(p->bound);
+  lm_free(p->check_masks);
   lm_free(p->in);
   lm_free(p->out);
   lm_free(p->in_ptrs);
@@ -289,7 +292,7 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
   if (p->bound[k] && p->syms[k] == value) return LM_OK;
   p->syms[k] = value;
   p->bound[k] = 1;
-  p->bindings_ok = 0;
+  p->unchecked |= 1ull << (k < 63 ? k : 63);
   /* buffers whose size changed are reallocated on next use; data must be rewritten */
   for (size_t i = 0; i < p->g->ninputs; i++) {
     size_t count;
@@ -363,9 +366,12 @@ const char *lm_backend_device_id(lm_backend_t *b) { return b && b->ops->device_i
 
 lm_status lm_program_run(lm_program_t *p) {
   lm_status st;
-  if (!p->bindings_ok) { /* a full walk of the graph: once per change of the bindings */
-    if ((st = lm_graph_check_bindings(p->g, p->syms, p->bound)) != LM_OK) return st;
-    p->bindings_ok = 1;
+  if (!p->checked || p->unchecked) { /* once per change of the bindings */
+    if (p->checked && !p->check_masks) p->check_masks = lm_graph_binding_masks(p->g); /* NULL: walk all */
+    const uint64_t *masks = p->checked ? p->check_masks : NULL;
+    if ((st = lm_graph_check_bindings_of(p->g, p->syms, p->bound, p->unchecked, masks)) != LM_OK) return st;
+    p->checked = 1;
+    p->unchecked = 0;
   }
   for (size_t i = 0; i < p->g->ninputs; i++) {
     if ((st = ensure_input(p, (int)i)) != LM_OK) return st;

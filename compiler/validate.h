@@ -12,6 +12,13 @@
  * every dimension is >= 0, slices lie within their axis, pad amounts are >= 0 and
  * affine_mod's axis is not empty. LM_OK, or LM_ERR_INVALID with a message naming the node. */
 lm_status lm_graph_check_bindings(lm_graph_t *g, const int64_t *sym_values, const uint8_t *sym_bound);
+/* The symbols each of those checks reads (lm_x_syms_used masks): one per node (index = node
+ * number), then one per output, then one per assign. NULL when out of memory. */
+uint64_t *lm_graph_binding_masks(lm_graph_t *g);
+/* lm_graph_check_bindings over the items whose mask meets `changed` (masks NULL: all of them):
+ * after a full check passed, a rebinding need only check what its symbols reach. */
+lm_status lm_graph_check_bindings_of(lm_graph_t *g, const int64_t *sym_values, const uint8_t *sym_bound,
+                                     uint64_t changed, const uint64_t *masks);
 
 /* The shape view `v` gives an input of shape `in` (a reshape's is its own, checked for the
  * element count; a permute's rank is the number of its entries). 1 and *out on success;

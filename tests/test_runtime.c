@@ -177,6 +177,29 @@ Test(runtime, binding_below_the_least_value_fails_and_keeps_the_old_binding) {
   expect_read(p, "y", want, 4);
 }
 
+/* A rebinding is checked over what its symbol reaches (lm_graph_binding_masks): moving a
+ * minibatch-like window out of its axis is refused naming the slice, moving it back runs, and
+ * the layout kept across the move serves the new window. */
+Test(runtime, a_moved_slice_is_checked_again_and_out_of_range_is_refused) {
+  lm_dim off = lm_sym_min(G, "OFF", 0);
+  lm_tensor x = lm_input(G, "x", LM_ROLE_STATE, 1, (lm_dim[]){6});
+  OK(lm_output(lm_mul(lm_slice(x, 0, off, lm_dim_add(G, off, 2)), lm_const(G, 2)), "y"));
+  lm_program_t *p = compile();
+  float v[6] = {1, 2, 3, 4, 5, 6};
+  OK(lm_program_write(p, "x", v, 6));
+  OK(lm_program_bind(p, "OFF", 0));
+  OK(lm_program_run(p));
+  expect_read(p, "y", ((float[]){2, 4}), 2);
+  OK(lm_program_bind(p, "OFF", 5)); /* [5, 7) is past the end */
+  FAILS(lm_program_run(p), LM_ERR_INVALID, "slice", "[5, 7)");
+  OK(lm_program_bind(p, "OFF", 4));
+  OK(lm_program_run(p));
+  expect_read(p, "y", ((float[]){10, 12}), 2);
+  OK(lm_program_bind(p, "OFF", 2));
+  OK(lm_program_run(p));
+  expect_read(p, "y", ((float[]){6, 8}), 2);
+}
+
 Test(runtime, rebinding_resizes_zeroes_persistent_buffers_and_requires_data_again) {
   lm_dim n = lm_sym(G, "N");
   lm_tensor x = lm_input(G, "x", LM_ROLE_DATA, 1, (lm_dim[]){n});

@@ -204,7 +204,7 @@ static void run_chunk(void *arg, int64_t start, int64_t end) {
 static lm_status ensure_layout(cpu_exe *x, const int64_t *syms) {
   const lm_plan *plan = x->plan;
   size_t ns = x->g->x.nsyms;
-  if (!x->have_layout || (ns && memcmp(x->layout_syms, syms, ns * sizeof *syms))) {
+  if (!x->have_layout || !lm_layout_holds(&x->layout, x->layout_syms, syms, ns)) {
     lm_layout_free(&x->layout);
     x->have_layout = 0;
     lm_status st = lm_layout_compute(plan, syms, &x->layout);

@@ -467,7 +467,7 @@ fail:
 /* Layout under these symbols; the arena grows (once per larger size) when it must. */
 static lm_status update_layout(cuda_ctx *c, cuda_exe *x, const int64_t *syms) {
   size_t ns = x->g->x.nsyms;
-  if (x->have_layout && (!ns || !memcmp(x->layout_syms, syms, ns * sizeof *syms))) return LM_OK;
+  if (x->have_layout && lm_layout_holds(&x->layout, x->layout_syms, syms, ns)) return LM_OK;
   lm_layout_free(&x->layout);
   x->have_layout = 0;
   lm_status st = lm_layout_compute(x->plan, syms, &x->layout);

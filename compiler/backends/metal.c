@@ -685,7 +685,7 @@ static lm_status encode_plan(mtl_ctx *c, mtl_exe *x, void *enc, const lm_run_arg
 
 static lm_status ensure_layout(mtl_ctx *c, mtl_exe *x, const int64_t *syms) {
   size_t ns = x->g->x.nsyms;
-  if (x->have_layout && (!ns || !memcmp(x->layout_syms, syms, ns * sizeof *syms))) return LM_OK;
+  if (x->have_layout && lm_layout_holds(&x->layout, x->layout_syms, syms, ns)) return LM_OK;
   lm_layout_free(&x->layout);
   x->have_layout = 0;
   lm_status st = lm_layout_compute(x->plan, syms, &x->layout);

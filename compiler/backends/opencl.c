@@ -560,7 +560,7 @@ static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
  * as sub-buffers of one arena; one-step buffers for scans that run step by step. */
 static lm_status update_layout(ocl_ctx *c, ocl_exe *x, const int64_t *syms, int stepwise) {
   size_t ns = x->g->x.nsyms, nb = x->plan->nbufs;
-  if (x->have_layout && (!ns || !memcmp(x->layout_syms, syms, ns * sizeof *syms))) return LM_OK;
+  if (x->have_layout && lm_layout_holds(&x->layout, x->layout_syms, syms, ns)) return LM_OK;
   lm_status st = CL(cl.Finish(c->queue));
   if (st != LM_OK) return st;
   release_layout_bufs(x);
