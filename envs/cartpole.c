@@ -129,5 +129,7 @@ const lm_env_spec lm_env_cartpole = {
     .ref_step = cp_ref_step,
     .ref_observe = cp_ref_observe,
     .draw = cp_draw,
-    .train_defaults = "total_steps = 300000\n",
+    /* the fastest to solve of 16 settings tried on seeds 1-10 (2026-12-03): 128k env steps, 0.57 s
+     * median, every seed solved; 16 envs, 4 epochs and lr 2.5e-3 took 172k steps and 1.0 s */
+    .train_defaults = "envs = 8\nepochs = 2\nlr = 0.005\ntotal_steps = 300000\n",
 };

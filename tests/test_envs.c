@@ -1540,11 +1540,11 @@ static char *read_text(const char *path) {
  * checkpoint temp file from a killed run is removed; when latest.ckpt cannot be written the
  * step-N.ckpt written just before it goes too (never newer than latest); writes that fail
  * (log.csv or summary.json on a full disk, here /dev/full) end the run with exit 1 naming the
- * file. */
+ * file. 16 envs: 2048 steps an iteration. */
 Test(cli, resume_refuses_other_settings_keeps_the_budget_and_failed_writes_are_named, .timeout = LM_TIMEOUT(300)) {
   char dir[] = "/tmp/lumen-resume-XXXXXX", args[2048], path[2048], text[8192];
   cr_assert(mkdtemp(dir));
-  snprintf(args, sizeof args, "cartpole --device cpu --quiet --total-steps 4096 --no-stop --out '%s'", dir);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --envs 16 --total-steps 4096 --no-stop --out '%s'", dir);
   cr_assert_eq(rltrain(args, text, sizeof text), 0, "%s", text);
   snprintf(path, sizeof path, "%s/log.csv", dir);
   char *log = read_text(path);
@@ -1581,7 +1581,7 @@ Test(cli, resume_refuses_other_settings_keeps_the_budget_and_failed_writes_are_n
   snprintf(second, sizeof second, "%s/second", dir);
   snprintf(path, sizeof path, "mkdir -p '%s/latest.ckpt' && touch '%s/latest.ckpt/x'", second, second);
   cr_assert_eq(system(path), 0);
-  snprintf(args, sizeof args, "cartpole --device cpu --quiet --total-steps 4096 --out '%s'", second);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --envs 16 --total-steps 4096 --out '%s'", second);
   cr_assert_eq(rltrain(args, text, sizeof text), 1, "%s", text);
   cr_assert(strstr(text, "checkpoint failed"), "%s", text);
   snprintf(path, sizeof path, "%s/checkpoints/step-2048.ckpt", second);
@@ -1592,7 +1592,7 @@ Test(cli, resume_refuses_other_settings_keeps_the_budget_and_failed_writes_are_n
   cr_assert_eq(mkdir(full, 0700), 0);
   snprintf(path, sizeof path, "%s/log.csv", full);
   cr_assert_eq(symlink("/dev/full", path), 0);
-  snprintf(args, sizeof args, "cartpole --device cpu --quiet --total-steps 4096 --out '%s'", full);
+  snprintf(args, sizeof args, "cartpole --device cpu --quiet --envs 16 --total-steps 4096 --out '%s'", full);
   cr_assert_eq(rltrain(args, text, sizeof text), 1, "%s", text);
   cr_assert(strstr(text, "log.csv") && strstr(text, "No space left"), "%s", text);
   snprintf(path, sizeof path, "rm -rf '%s' && mkdir '%s' && ln -s /dev/full '%s/summary.json'", full, full, full);
