@@ -971,6 +971,9 @@ static int probe_run(probe *p, const words *cmd, const char *user_flags, const c
   return r != PROBE_NOMEM && (p->ok || p->why);
 }
 
+/* Seeds of the two 64-bit halves of every cache key (probe records and objects). */
+static const uint64_t key_seed[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+
 /* A good probe is remembered on disk, sealed, in <dir>/probe-<key>: probing runs the compiler
  * and the linker (~80 ms, a third of a short run's start). The key names the command, the flags
  * asked for, the host and the compiler's file (found on PATH, links followed: device, inode, size,
@@ -997,8 +1000,9 @@ static char *probe_record_path(const words *cmd, const char *key, const char *di
                      (long long)sb.st_ctim.tv_sec, sb.st_ctim.tv_nsec};
   pthread_once(&host_once, host_id_init);
   uint64_t h[2];
+  static const char tag[] = "lumen-cc-probe-v1";
   for (int k = 0; k < 2; k++) {
-    h[k] = lm_hash_bytes("lumen-cc-probe-v1", 18, k ? 0x84222325cbf29ce4ull : 0xcbf29ce484222325ull);
+    h[k] = lm_hash_bytes(tag, sizeof tag, key_seed[k]);
     h[k] = lm_hash_bytes(key, strlen(key) + 1, h[k]);
     h[k] = lm_hash_bytes(id, sizeof id, h[k]);
     h[k] = lm_hash_bytes(host_id, strlen(host_id) + 1, h[k]);
@@ -1113,7 +1117,6 @@ void lm_cc_close(lm_cc *cc) {
 
 const char *lm_cc_describe(const lm_cc *cc) { return cc ? cc->describe : ""; }
 
-static const uint64_t key_seed[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
 
 lm_status lm_cc_open(lm_cc **out) {
   if (!out) return lm_fail(LM_ERR_INVALID, "lm_cc_open: out is NULL");

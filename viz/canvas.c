@@ -325,7 +325,7 @@ lm_status lm_canvas_save_png(lm_canvas *c, const char *path) {
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
-  FILE *volatile f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (!f) {
     int err = errno;
     if (fd >= 0) close(fd), unlink(tmp);
@@ -354,14 +354,14 @@ lm_status lm_canvas_save_png(lm_canvas *c, const char *path) {
     ok = 0;
   }
   png_destroy_write_struct(&png, &info);
-  int err = errno;
-  ok = fflush(f) == 0 && ok;
-  ok = fclose(f) == 0 && ok;
+  int err = EIO; /* libpng's own failures say why in `why` */
+  if (ok && fflush(f) != 0) ok = 0, err = errno;
+  if (fclose(f) != 0 && ok) ok = 0, err = errno;
   if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
   if (!ok) unlink(tmp);
   lm_free(tmp), lm_free(row);
   if (!ok)
-    return lm_fail(LM_ERR_IO, "cannot write %s: %s", path, why[0] ? why : strerror(err ? err : EIO));
+    return lm_fail(LM_ERR_IO, "cannot write %s: %s", path, why[0] ? why : strerror(err));
   return LM_OK;
 }
 
