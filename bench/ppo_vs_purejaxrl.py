@@ -61,9 +61,13 @@ def run_lumen(rltrain, s, seed, budget, tmp, stop):
 
 
 def run_peer(python, peer, s, seed, budget):
-    cmd = [python, peer, "--seed", str(seed), "--num-envs", str(s["envs"]), "--num-steps", str(s["steps"]),
-           "--lr", repr(s["lr"]), "--epochs", str(s["epochs"]), "--minibatches", str(s["minibatches"]),
-           "--total-timesteps", str(budget)]
+    return peer_result([python, peer, "--seed", str(seed), "--num-envs", str(s["envs"]), "--num-steps",
+                        str(s["steps"]), "--lr", repr(s["lr"]), "--epochs", str(s["epochs"]), "--minibatches",
+                        str(s["minibatches"]), "--total-timesteps", str(budget)])
+
+
+def peer_result(cmd):
+    """Runs a peer script and returns its RESULT line's JSON, with the process wall as process_s."""
     t0 = time.monotonic()
     p = subprocess.run(cmd, check=True, capture_output=True, text=True)
     wall = time.monotonic() - t0

@@ -41,18 +41,22 @@ extern char **environ;
  *   by up to 2 (sinf), 3 (expf), 4 (logf) ulp, in 10-50% of elements, so a kernel's result depends
  *   on which elements take the vector path: split work at multiples of 64 elements to keep
  *   results independent of the thread count.
+ * - -mprefer-vector-width=512: on a host with AVX-512 both compilers otherwise keep to 256-bit
+ *   vectors; the jammed register tiles (compiler/jam.c) fill 512-bit ones. MinAtar Breakout's
+ *   PPO trained at 11.9k against 9.4k env steps/s on a Xeon with AVX-512 (the same bits), CartPole's
+ *   1.5% faster; without AVX-512 the flag changes nothing.
  * - -ffp-contract=off: clang's default fuses a*b+c into an FMA, which rounds once; the reference
  *   rounds the product. Measured on random data: a*b+c near cancellation differed in 99.97% of
  *   elements, and a*b - a*b came out nonzero in 99.99%. gcc -std=c11 already defaults to off.
  *   A kernel that wants an FMA calls fmaf() explicitly (and the reference does the same).
  * Each list is tried in order; the plain one serves systems without libmvec. */
 static const char *const flags_clang[] = {
-    "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off "
+    "-std=c11 -O3 -march=native -mprefer-vector-width=512 -fPIC -shared -fno-math-errno -ffp-contract=off "
     "-fveclib=libmvec -lmvec -lm",
     "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off -lm",
     NULL};
 static const char *const flags_gcc[] = {
-    "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off -lmvec -lm",
+    "-std=c11 -O3 -march=native -mprefer-vector-width=512 -fPIC -shared -fno-math-errno -ffp-contract=off -lmvec -lm",
     "-std=c11 -O3 -march=native -fPIC -shared -fno-math-errno -ffp-contract=off -lm", NULL};
 static const char *const flags_other[] = {"-std=c11 -O2 -fPIC -shared -lm", NULL};
 static const char *const flags_mandatory = "-fPIC -shared"; /* appended to $LUMEN_CFLAGS */
@@ -977,7 +981,8 @@ static const uint64_t key_seed[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ul
 /* A good probe is remembered on disk, sealed, in <dir>/probe-<key>: probing runs the compiler
  * and the linker (~80 ms, a third of a short run's start). The key names the command, the flags
  * asked for, the host and the compiler's file (found on PATH, links followed: device, inode, size,
- * mtime, ctime), so an upgraded or switched compiler is probed again. Record: family, flags and
+ * mtime, ctime), so an upgraded or switched compiler is probed again, as is every compiler when
+ * lumen's default flag lists change. Record: family, flags and
  * version on three lines. Anything unreadable, unsealed or malformed is probed again. */
 static char *probe_record_path(const words *cmd, const char *key, const char *dir) {
   const char *name = cmd->v[0], *path = getenv("PATH");
@@ -1006,6 +1011,9 @@ static char *probe_record_path(const words *cmd, const char *key, const char *di
     h[k] = lm_hash_bytes(key, strlen(key) + 1, h[k]);
     h[k] = lm_hash_bytes(id, sizeof id, h[k]);
     h[k] = lm_hash_bytes(host_id, strlen(host_id) + 1, h[k]);
+    static const char *const *const lists[] = {flags_clang, flags_gcc, flags_other}; /* a new default is probed */
+    for (int l = 0; l < 3; l++)
+      for (const char *const *f = lists[l]; *f; f++) h[k] = lm_hash_bytes(*f, strlen(*f) + 1, h[k]);
   }
   return path_printf("%s/probe-%016llx%016llx", dir, (unsigned long long)h[0],
                      (unsigned long long)h[1]);

@@ -778,6 +778,38 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
       if (!out.bad) return poly_expr(x, &out);
     }
   }
+  /* the same with a constant divisor d: g = gcd(d, every variable term's coefficient) plays c,
+   * floor((g*y + r) / d) = floor(y / (d/g)) for 0 <= r < g (a jammed copy 4*i + 1 of a tap
+   * index: (4*i + 1) / 12 is i / 3, as for the copy 4*i) */
+  if (poly_is_const(&pb, &cb) && cb > 1 && pa.n > 0) {
+    int64_t g = cb;
+    for (int i = 0; i < pa.n && g > 1; i++)
+      if (pa.t[i].n > 0)
+        for (int64_t v = pa.t[i].c < 0 ? -pa.t[i].c : pa.t[i].c, t; v; t = g % v, g = v, v = t) {}
+    if (g > 1 && g < cb) {
+      poly y, rr, pg;
+      poly_const(&y, 0);
+      poly_const(&rr, 0);
+      for (int i = 0; i < pa.n; i++) {
+        term t = pa.t[i];
+        if (t.n > 0) {
+          t.c /= g;
+          poly_addterm(x, &y, &t);
+        } else poly_addterm(x, &rr, &t);
+      }
+      poly_const(&pg, g);
+      if (!y.bad && !rr.bad && (!rr.n || poly_within(x, &rr, &pg, ctx))) {
+        lm_expr inner = simplify_divmod(x, op, poly_expr(x, &y), lm_x_const(x, cb / g), ctx);
+        if (!inner || op == LM_X_DIV) return inner;
+        poly out, pi;
+        poly_of(x, inner, ctx, &pi);
+        poly_const(&out, 0);
+        poly_add(x, &out, &pi, g);
+        poly_add(x, &out, &rr, 1);
+        if (!out.bad) return poly_expr(x, &out);
+      }
+    }
+  }
   if (!split_by(x, &pa, &pb, &q, &r)) {
     q.n = 0;
     r = pa;

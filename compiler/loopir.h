@@ -192,6 +192,11 @@ int lm_schedule_join(lm_plan *plan);
 /* An elementwise kernel that reads what an earlier kernel stores, point for point, runs in that
  * kernel after the store; returns how many moved, -1 when memory ran out. */
 int lm_schedule_epilogue(lm_plan *plan);
+/* The outer parallel loop of kernels that hold loops, run `f` points at a time with every
+ * statement inside copied per point side by side (unroll and jam, compiler/jam.c); the same
+ * bits. Returns the kernels changed, -1 when memory ran out. */
+enum { LM_JAM = 4 };
+int lm_schedule_jam(lm_plan *plan, int f);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

@@ -1214,6 +1214,17 @@ static void emit_unflatten(rk *r, lm_sb *sb) {
  * block range, which the loop IR does not express (its chunks come from the pool at run time).
  * Found only when every such guard has the same E (without loop variables) and L;
  * LUMEN_NO_FULL_BLOCKS=1 turns it off (experiments). */
+/* i0*F + c with 0 < c < F, the guard of a jammed kernel's copy c (compiler/jam.c): F, else 0. */
+static int64_t jam_point(const lm_exprs *x, lm_expr e) {
+  const lm_xnode *a = &x->nodes[e];
+  if (a->op != LM_X_ADD) return 0;
+  const lm_xnode *m = &x->nodes[a->a], *c = &x->nodes[a->b];
+  if (m->op != LM_X_MUL || c->op != LM_X_CONST) return 0;
+  const lm_xnode *v = &x->nodes[m->a], *f = &x->nodes[m->b];
+  if (v->op != LM_X_VAR || v->v != 0 || f->op != LM_X_CONST) return 0;
+  return c->v > 0 && c->v < f->v ? f->v : 0;
+}
+
 static void find_tails(rk *r) {
   const lm_kernel *k = r->k;
   lm_exprs *x = r->x;
@@ -1238,12 +1249,17 @@ static void find_tails(rk *r) {
       }
       if (nd.op != LM_X_LT || lm_x_vars_used(x, nd.b)) continue;
       uint64_t vars = lm_x_vars_used(x, nd.a), lane = vars & ~(uint64_t)1;
-      if (!(vars & 1) || !lane || (lane & (lane - 1))) continue; /* the block and one lane loop */
-      int l = __builtin_ctzll(lane);
-      const lm_xnode ext = x->nodes[k->loops[l].extent]; /* a copy: building expressions may grow the arena */
-      if (k->loops[l].kind != LM_L_LANES || ext.op != LM_X_CONST ||
-          nd.a != lm_x_add(x, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, ext.v)), lm_x_var(x, l)))
-        continue;
+      int64_t blk = jam_point(x, nd.a);
+      if (!blk) {
+        if (!(vars & 1) || !lane || (lane & (lane - 1))) continue; /* the block and one lane loop */
+        int l = __builtin_ctzll(lane);
+        const lm_xnode ext = x->nodes[k->loops[l].extent]; /* a copy: building expressions may grow the arena */
+        if (k->loops[l].kind != LM_L_LANES || ext.op != LM_X_CONST ||
+            nd.a != lm_x_add(x, lm_x_mul(x, lm_x_var(x, 0), lm_x_const(x, ext.v)), lm_x_var(x, l)))
+          continue;
+        blk = ext.v;
+      }
+      const lm_xnode ext = {.op = LM_X_CONST, .v = blk};
       if (L && ext.v != L) {
         r->ntail = 0;
         return;
@@ -1307,6 +1323,19 @@ static void emit_signature(rk *r, lm_sb *sb, const char *name) {
  * in registers as a helper (0.47 ms). A kernel in SIMD lanes (compiler/lanes.c) keeps the plain
  * form: its lane loops carry their own vectorisation pragma, and as a helper the fused CartPole
  * rollout ran 17% slower (3.34e6 -> 2.77e6 steps/s, rlbench --only rollout). */
+/* With tail guards (find_tails), the blocks below E / L run the full body in a range of their
+ * own (start and end shadowed), then the rest the guarded body; the caller closes the block. */
+static void emit_tail_split(rk *r, lm_sb *out, const lm_sb *full) {
+  if (!r->ntail) return;
+  lm_sb_puts(out, "  const int64_t lm_mid = (");
+  print_x(r, out, r->tail_e, 0, 0);
+  lm_sb_printf(out, ") / %lld;\n", (long long)r->tail_l);
+  lm_sb_puts(out, "  const int64_t lm_full_end = lm_mid < end ? lm_mid : end, lm_tail_start = lm_mid > start ? lm_mid : start;\n");
+  lm_sb_puts(out, "  {\n    const int64_t end = lm_full_end;\n");
+  if (full->s) lm_sb_puts(out, full->s);
+  lm_sb_puts(out, "  }\n  {\n    const int64_t start = lm_tail_start;\n");
+}
+
 static int has_lanes(const lm_kernel *k) {
   for (size_t i = 0; i < k->nloops; i++)
     if (k->loops[i].kind == LM_L_LANES) return 1;
@@ -1319,7 +1348,9 @@ static const char gcc_contract_on[] = "#if defined(__GNUC__) && !defined(__clang
                                       "#pragma GCC optimize(\"fp-contract=fast\")\n#endif\n";
 static const char gcc_contract_off[] = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n";
 
-static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *body) {
+static void emit_tail_split(rk *r, lm_sb *out, const lm_sb *full);
+
+static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *full, const lm_sb *body) {
   const lm_kernel *k = r->k;
   const lm_plan *p = r->p;
   lm_sb args = {0}; /* the entry's arguments, in the order of the helper's parameters */
@@ -1345,7 +1376,9 @@ static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head
   for (size_t i = 0; i < k->nlocals; i++) lm_sb_printf(out, "  float l%zu[%lld] LM_LOCAL;\n", i, (long long)k->locals[i]);
   if (head->s) lm_sb_puts(out, head->s);
   if (k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
+  emit_tail_split(r, out, full);
   if (body->s) lm_sb_puts(out, body->s);
+  if (r->ntail) lm_sb_puts(out, "  }\n");
   if (k->npar == 0) lm_sb_puts(out, "  }\n");
   lm_sb_puts(out, "}\n");
   emit_signature(r, out, name);
@@ -1461,7 +1494,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
 
   /* ---- body first: it tells which variables, symbols and buffers the head must bind */
   int base = r.flat || k->npar > 0 ? 1 : 2;
-  if (!r.bad && has_lanes(k)) find_tails(&r);
+  if (!r.bad) find_tails(&r);
   if (!r.bad && r.ntail) { /* the blocks below E / L first, their tail guards as 1 (find_tails) */
     r.full = 1;
     emit_block(&r, &full, -1, base + 1);
@@ -1477,7 +1510,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   char name[48];
   lm_render_entry_name(k, name, sizeof name);
   if (dia == LM_DIALECT_C && !has_lanes(k)) {
-    emit_c_kernel(&r, out, name, &head, &body);
+    emit_c_kernel(&r, out, name, &head, &full, &body);
     goto rendered;
   }
   emit_signature(&r, out, name);
@@ -1509,15 +1542,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   }
   if (head.s) lm_sb_puts(out, head.s);
   if (!r.flat && k->npar == 0) lm_sb_puts(out, "  if (start == 0 && end > 0) {\n");
-  if (r.ntail) { /* each body in a block of its own range: start and end shadowed */
-    lm_sb_puts(out, "  const int64_t lm_mid = (");
-    print_x(&r, out, r.tail_e, 0, 0);
-    lm_sb_printf(out, ") / %lld;\n", (long long)r.tail_l);
-    lm_sb_puts(out, "  const int64_t lm_full_end = lm_mid < end ? lm_mid : end, lm_tail_start = lm_mid > start ? lm_mid : start;\n");
-    lm_sb_puts(out, "  {\n    const int64_t end = lm_full_end;\n");
-    if (full.s) lm_sb_puts(out, full.s);
-    lm_sb_puts(out, "  }\n  {\n    const int64_t start = lm_tail_start;\n");
-  }
+  emit_tail_split(&r, out, &full);
   if (body.s) lm_sb_puts(out, body.s);
   if (r.ntail) lm_sb_puts(out, "  }\n");
   if (!r.flat && k->npar == 0) lm_sb_puts(out, "  }\n");

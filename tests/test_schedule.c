@@ -467,6 +467,97 @@ Test(schedule, conv_gradients_interchange_through_nested_sums_with_refs_bits) {
   lm_graph_free(g);
 }
 
+/* MinAtar's network and its gradients: a 3x3 convolution of 16 filters, relu, a dense layer of
+ * 128 (relu), a head of 4. */
+static lm_graph_t *cnn_grad_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 4, (lm_dim[]){N, 10, 10, 4});
+  lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){36, 16});
+  lm_tensor w2 = lm_input(g, "w2", LM_ROLE_DATA, 2, (lm_dim[]){1600, 128});
+  lm_tensor w3 = lm_input(g, "w3", LM_ROLE_DATA, 2, (lm_dim[]){128, 4});
+  lm_tensor h = lm_reshape(lm_relu(lm_conv2d(x, w, 3, 3)), 2, (lm_dim[]){N, 1600});
+  lm_tensor y = lm_matmul(lm_relu(lm_matmul(h, w2)), w3);
+  lm_tensor loss = lm_sum(lm_sum(lm_mul(y, y), 1, 0), 0, 0);
+  lm_tensor grads[3];
+  OK(lm_grad(loss, (lm_tensor[]){w, w2, w3}, 3, grads));
+  OK(lm_output(y, "y"));
+  OK(lm_output(grads[0], "dw"));
+  OK(lm_output(grads[1], "dw2"));
+  OK(lm_output(grads[2], "dw3"));
+  return g;
+}
+
+/* Local arrays of 16 floats in the cpu's plan of g: a tile's row of accumulators. */
+static int tile_rows(const lm_graph_t *g) {
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  int n = 0;
+  for (size_t k = 0; k < comp.plan->nkernels; k++)
+    for (size_t l = 0; l < comp.plan->kernels[k].nlocals; l++) n += comp.plan->kernels[k].locals[l] == 16;
+  lm_compiled_free(&comp);
+  return n;
+}
+
+/* Jamming runs four rows (or taps) of a kernel at a time, the dense layers' 128 outputs in tiles
+ * of 16: more accumulator rows, and not a bit of any result changes, for a batch that 4 divides
+ * (full blocks only) and one it does not (the guarded tail), against the reference and against
+ * the cpu without the pass. */
+Test(schedule, jammed_rows_and_tiled_outputs_keep_the_bits_of_the_reference) {
+  lm_graph_t *g = cnn_grad_graph();
+  setenv("LUMEN_NO_JAM", "1", 1);
+  int plain = tile_rows(g);
+  lm_backend_t *bp = lm_backend_new("cpu");
+  lm_program_t *pp = bp ? lm_program_new(bp, g) : NULL;
+  unsetenv("LUMEN_NO_JAM");
+  int jammed = tile_rows(g);
+  cr_log_info("local rows of 16 floats: %d plain, %d jammed", plain, jammed);
+  cr_assert_geq(jammed, plain + 3 * 4, "jammed: %d rows of 16 floats, plain %d", jammed, plain);
+  lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
+  cr_assert(bp && bc && br, "%s", lm_last_error());
+  lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
+  cr_assert(pp && pc && pr, "%s", lm_last_error());
+  const struct { const char *name; size_t count; } in[] = {{"w", 36 * 16}, {"w2", 1600 * 128}, {"w3", 128 * 4}, {"x", 0}};
+  const struct { const char *name; size_t count; } out[] = {{"y", 0}, {"dw", 36 * 16}, {"dw2", 1600 * 128}, {"dw3", 128 * 4}};
+  for (int64_t n = 7; n <= 8; n++) {
+    check_rng r = check_rng_new((uint64_t)n);
+    lm_program_t *ps[3] = {pc, pp, pr};
+    for (size_t i = 0; i < 4; i++) {
+      size_t count = in[i].count ? in[i].count : (size_t)n * 400;
+      float *v = malloc(count * sizeof *v);
+      cr_assert(v);
+      check_fill(&r, v, count, -1, 1, 0.01);
+      for (int b = 0; b < 3; b++) {
+        OK(lm_program_bind(ps[b], "N", n));
+        OK(lm_program_write(ps[b], in[i].name, v, count));
+      }
+      free(v);
+    }
+    for (int b = 0; b < 3; b++) OK(lm_program_run(ps[b]));
+    for (int o = 0; o < 4; o++) {
+      size_t count = out[o].count ? out[o].count : (size_t)n * 4;
+      float *got = malloc(count * sizeof *got), *was = malloc(count * sizeof *was), *want = malloc(count * sizeof *want);
+      cr_assert(got && was && want);
+      OK(lm_program_read(pc, out[o].name, got, count));
+      OK(lm_program_read(pp, out[o].name, was, count));
+      OK(lm_program_read(pr, out[o].name, want, count));
+      check_same_bits(out[o].name, got, want, count);
+      check_same_bits(out[o].name, was, want, count);
+      free(got);
+      free(was);
+      free(want);
+    }
+  }
+  lm_program_free(pc);
+  lm_program_free(pp);
+  lm_program_free(pr);
+  lm_backend_free(bc);
+  lm_backend_free(bp);
+  lm_backend_free(br);
+  lm_graph_free(g);
+}
+
 /* ================================================================ memory planning */
 
 Test(schedule, deep_materialised_chain_reuses_the_arena_and_matches_ref) {

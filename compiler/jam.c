@@ -1,0 +1,319 @@
+/* compiler/jam.c — register blocking of the default schedule on the cpu (unroll and jam): the
+ * outer parallel loop of a kernel that accumulates in inner loops runs LM_JAM points at a time,
+ * each statement inside copied once per point and the copies kept side by side in the loops they
+ * sit in; point loops too wide for that in registers run in tiles of 16 first:
+ *   par i: acc[128] = 0; for k: for j < 128: acc[j] += w[k, j] * x[i, k]
+ * becomes
+ *   par i4: for t < 8: acc0..3[16] = 0; for k: for j < 16: w' = w[k, 16t + j];
+ *                                              acc0[j] += w' * x[4 i4, k]; ... acc3[j] += w' * x[4 i4 + 3, k]
+ * A value the outer loop does not change (a weight, a staged operand) is loaded once for four
+ * points, and four independent chains of additions run where one did. Each point computes exactly
+ * what it did, in the same order: the same bits. Where the extent is not a known multiple of
+ * LM_JAM, copy c > 0 of every load and store is guarded by 4 i4 + c < E, and the renderer runs the
+ * blocks below E / 4 without those guards (render.c, find_tails). Measured on MinAtar Breakout's
+ * PPO update (one thread, each kernel alone): the convolution's weight gradient 3.5x faster (a
+ * dependent chain per output before), its forward 1.6x, the dense layer's forward, weight and
+ * input gradients 1.2-1.9x; the whole training 1.3x.
+ * Not a rewrite rule: rules live in the search's e-graph and need a budget and a device to time
+ * their candidates; this is the static default the search starts from (it leaves searched,
+ * `fixed`, kernels alone), as the interchange before it. */
+#include <string.h>
+
+#include "loopir.h"
+
+enum { MAX_LOCAL_FLOATS = 262144 }; /* every local array of a kernel together: 1 MiB of stack */
+
+typedef struct jam {
+  const lm_kernel *k;
+  lm_kernel *n;
+  lm_exprs *x;
+  int f;            /* points per iteration */
+  lm_expr guard_e;  /* the old extent when copies need guards, else 0 */
+  uint8_t *inside;  /* old loop: loop 0 or a loop inside it */
+  uint8_t *dep;     /* old statement: copied per point */
+  uint8_t *own;     /* old local array: written inside loop 0 (one per point) */
+  uint32_t *lmap;   /* old local * f + c -> new local */
+  uint32_t *smap;   /* old statement * f + c -> new statement */
+  lm_expr *vmap;    /* old loop -> new variable (loop 0: 4 i4 + c, set per copy) */
+  uint8_t *point;   /* old loop: a point loop run in tiles (tile_ep != 0) */
+  int64_t tile_ep;  /* the point loops' extent when they run in tiles of TILE, else 0 */
+  int32_t tile;     /* the new loop over the tiles */
+  int ok;
+} jam;
+
+static int is_update(uint8_t op) { return op == LM_S_ACC || op == LM_S_ACC_SUM || op == LM_S_ACC_MAX || op == LM_S_STORE; }
+
+static int stmt_inside(const jam *j, const lm_stmt *s) { return s->loop >= 0 && j->inside[s->loop]; }
+
+/* Which statements vary with loop 0: those that read its variable, a local array of a point,
+ * or a value that varies; accumulators and stores inside it always get a copy per point. */
+static void find_deps(jam *j) {
+  const lm_kernel *k = j->k;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if ((s->op == LM_S_STORE) && s->local && stmt_inside(j, s)) j->own[s->buf] = 1;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (size_t i = 0; i < k->nstmts; i++) {
+      const lm_stmt *s = &k->stmts[i];
+      if (j->dep[i] || !stmt_inside(j, s)) continue;
+      int d = is_update(s->op) || ((s->op == LM_S_LOAD || s->op == LM_S_STORE) && s->local && j->own[s->buf]);
+      uint64_t used = lm_x_vars_used(j->x, s->idx) | lm_x_vars_used(j->x, s->valid) | lm_x_vars_used(j->x, s->step);
+      d = d || (used & 1);
+      int ops = lm_sop_operands(s->op);
+      if ((ops & LM_OPND_A) && j->dep[s->a]) d = 1;
+      if ((ops & LM_OPND_B) && j->dep[s->b]) d = 1;
+      if (d) j->dep[i] = 1, changed = 1;
+    }
+  }
+}
+
+static lm_expr remap(jam *j, lm_expr e) {
+  return e ? lm_x_simplify(j->x, lm_x_subst(j->x, e, j->vmap, (int)j->k->nloops), NULL) : 0;
+}
+
+static void copy_stmt(jam *j, uint32_t old, int c) {
+  const lm_kernel *k = j->k;
+  lm_stmt s = k->stmts[old];
+  int ops = lm_sop_operands(s.op);
+  if (ops & LM_OPND_A) s.a = j->smap[(size_t)s.a * j->f + c];
+  if (ops & LM_OPND_B) s.b = j->smap[(size_t)s.b * j->f + c];
+  s.idx = remap(j, s.idx);
+  s.valid = remap(j, s.valid);
+  s.step = remap(j, s.step);
+  if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && s.local) {
+    if (j->tile_ep && j->own[s.buf]) s.idx = lm_x_var(j->x, s.loop); /* a tile's row of accumulators */
+    s.buf = j->lmap[(size_t)s.buf * j->f + c];
+  }
+  int reads_var = ((lm_x_vars_used(j->x, k->stmts[old].idx) | lm_x_vars_used(j->x, k->stmts[old].valid)) & 1) != 0;
+  if (c > 0 && j->guard_e && (s.op == LM_S_LOAD || s.op == LM_S_STORE) && (!s.local || reads_var)) {
+    /* 4 i4 + c < E, built as it is so that the renderer recognises it */
+    lm_expr at = lm_x_add(j->x, lm_x_mul(j->x, lm_x_var(j->x, 0), lm_x_const(j->x, j->f)), lm_x_const(j->x, c));
+    lm_expr g = lm_x_lt(j->x, at, j->guard_e);
+    s.valid = s.valid && !lm_x_is_const(j->x, s.valid, 1) ? lm_x_and(j->x, s.valid, g) : g;
+  }
+  uint32_t id = lm_kernel_add_stmt(j->n, &s, -1);
+  if (id == UINT32_MAX || !s.idx != !k->stmts[old].idx) j->ok = 0;
+  for (int d = j->dep[old] ? c : 0; d < (j->dep[old] ? c + 1 : j->f); d++) j->smap[(size_t)old * j->f + d] = id;
+}
+
+/* Appends old block b's items to the new kernel, statements of loop 0's subtree that vary once
+ * per point (copy 0, 1, ... side by side), the others once. */
+static void copy_block(jam *j, const lm_block *b) {
+  const lm_kernel *k = j->k;
+  for (size_t i = 0; i < b->n && j->ok; i++) {
+    lm_item it = b->items[i];
+    if (it.is_loop) {
+      int32_t parent = j->n->loops[it.id].parent;
+      lm_block *d = parent < 0 ? &j->n->root : &j->n->loops[parent].body;
+      if (!lm_block_insert(d, d->n, it)) j->ok = 0;
+      else copy_block(j, &k->loops[it.id].body);
+      continue;
+    }
+    if (!j->dep[it.id]) {
+      copy_stmt(j, it.id, 0);
+      continue;
+    }
+    for (int c = 0; c < j->f && j->ok; c++) {
+      j->vmap[0] = lm_x_add(j->x, lm_x_mul(j->x, lm_x_var(j->x, 0), lm_x_const(j->x, j->f)), lm_x_const(j->x, c));
+      copy_stmt(j, it.id, c);
+    }
+    j->vmap[0] = lm_x_var(j->x, 0);
+  }
+}
+
+/* Can plain kernel k be jammed by f, and does it pay? Accumulations in inner loops whose accumulators, f
+ * times over, still fit in registers (a point loop of at most REG_FLOATS / f, or a scalar
+ * chain), or never did (a point loop of at least MEM_FLOATS: the shared operand's loads are
+ * what jamming saves). In between it spills what fitted: measured on the cpu, a dense layer's
+ * rows of 128 accumulators ran 0.76x (forward) and 0.57x (weight gradient) jammed, while
+ * 16-wide convolutions ran 1.5-2.3x and a 1600-wide input gradient 1.28x. No transcendental
+ * or RAND inside: clang vectorises four copies of an exp with libmvec's few-ulp exp where the
+ * unjammed kernel called the scalar one, and the results would no longer be the same bits. */
+enum { REG_FLOATS = 64, MEM_FLOATS = 512, TILE = 16 };
+
+/* Point loops (independent points an interchange moved inward: a dense layer's 128 outputs)
+ * whose accumulators would spill f times over run in tiles of TILE instead: a loop over the
+ * tiles inside the domain around its whole body, each point loop TILE long, the accumulator
+ * arrays a tile's row. That reorders only independent points: it holds when every point loop is
+ * innermost with the same extent, the innermost parallel loop's block has loops only, the accumulator arrays are read
+ * and written only at their point loop's own point, nothing outside a point loop reads a value
+ * computed inside one, and a buffer the kernel writes is stored and read only inside point loops
+ * at one index (an epilogue reading back what the layer stored). Then every point sees exactly
+ * what it saw: the same bits. Sets j->tile_ep and j->point when so. */
+static void plan_tiles(jam *j, int f) {
+  const lm_kernel *k = j->k;
+  lm_exprs *x = j->x;
+  int64_t ep = 0;
+  if (k->nloops >= 63) return;
+  for (size_t l = 1; l < k->nloops; l++) {
+    if (!j->inside[l] || !k->loops[l].point) continue;
+    const lm_xnode *e = lm_x_node(x, k->loops[l].extent);
+    if (e->op != LM_X_CONST || (ep && e->v != ep)) return;
+    ep = e->v;
+    j->point[l] = 1;
+  }
+  if (!ep || ep % TILE || ep * f <= REG_FLOATS) return;
+  for (size_t l = 1; l < k->nloops; l++)
+    if (k->loops[l].parent >= 0 && j->point[k->loops[l].parent]) return; /* innermost */
+  const lm_block *pb = &k->loops[k->npar - 1].body; /* the tiles run inside the domain */
+  for (size_t i = 0; i < pb->n; i++)
+    if (!pb->items[i].is_loop) return;
+  for (size_t i = 0; i < k->nlocals; i++)
+    if (j->own[i] && k->locals[i] != ep) return;
+  lm_expr canon[64];
+  for (size_t l = 0; l < k->nloops; l++) canon[l] = lm_x_var(x, j->point[l] ? 63 : (int)l);
+  lm_expr at[64] = {0}; /* per written buffer (by its place in k->bufs): the one index */
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!stmt_inside(j, s)) continue;
+    int in_point = j->point[s->loop];
+    int ops = lm_sop_operands(s->op);
+    if (!in_point && (((ops & LM_OPND_A) && stmt_inside(j, &k->stmts[s->a]) && j->point[k->stmts[s->a].loop]) ||
+                      ((ops & LM_OPND_B) && stmt_inside(j, &k->stmts[s->b]) && j->point[k->stmts[s->b].loop])))
+      return;
+    if (s->op != LM_S_LOAD && s->op != LM_S_STORE) continue;
+    if (s->local) {
+      if (j->own[s->buf] && (!in_point || s->idx != lm_x_var(x, s->loop) || (s->valid && !lm_x_is_const(x, s->valid, 1))))
+        return;
+      continue;
+    }
+    if (!lm_kernel_writes_buf(k, s->buf)) continue;
+    size_t b = 0;
+    while (b < k->nbufs && k->bufs[b] != s->buf) b++;
+    lm_expr e = lm_x_simplify(x, lm_x_subst(x, s->idx, canon, (int)k->nloops), NULL);
+    if (!in_point || b >= 64 || !e || (at[b] && at[b] != e)) return;
+    at[b] = e;
+  }
+  j->tile_ep = ep;
+}
+
+/* A plain parallel outer loop: no lanes, vectors, work-groups or searched schedule. */
+static int plain(const lm_kernel *k) {
+  return k->npar >= 1 && !k->fixed && !k->group && !k->nshared && !k->contract && k->nloops <= 64 &&
+         k->loops[0].kind == LM_L_PARALLEL && k->loops[0].parent == -1;
+}
+
+static int eligible(const jam *j, int f) {
+  const lm_kernel *k = j->k;
+  const lm_xnode *e = lm_x_node(j->x, k->loops[0].extent);
+  if (e->op == LM_X_CONST && e->v < 2 * f) return 0;
+  int64_t fp[64] = {0}; /* per loop inside loop 0: accumulator floats (0: none), -1: not innermost */
+  for (size_t l = 0; l < k->nloops; l++) {
+    if (k->loops[l].kind != LM_L_PARALLEL && k->loops[l].kind != LM_L_SERIAL) return 0;
+    if (l && k->loops[l].parent >= 0) fp[k->loops[l].parent] = -1;
+  }
+  fp[0] = -1;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!stmt_inside(j, s)) continue;
+    if ((s->op >= LM_S_LOG2 && s->op <= LM_S_RECIP) || s->op == LM_S_RAND) return 0;
+    if (fp[s->loop] < 0) continue;
+    const lm_xnode *ext = lm_x_node(j->x, k->loops[s->loop].extent);
+    if (s->op == LM_S_STORE && s->local && j->own[s->buf]) {
+      if (ext->op != LM_X_CONST) return 0;
+      fp[s->loop] = ext->v;
+    } else if (s->op == LM_S_ACC_SUM && !fp[s->loop]) fp[s->loop] = 1;
+  }
+  int any = 0;
+  for (size_t l = 1; l < k->nloops; l++) {
+    if (fp[l] <= 0 || !j->inside[l]) continue;
+    if (j->tile_ep && j->point[l]) fp[l] = TILE;
+    if (fp[l] * f > REG_FLOATS && fp[l] < MEM_FLOATS) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f) {
+  memset(n, 0, sizeof *n);
+  jam j = {.k = k, .n = n, .x = x, .f = f, .ok = 1};
+  j.inside = lm_calloc(k->nloops + 1, 1);
+  j.dep = lm_calloc(k->nstmts + 1, 1);
+  j.own = lm_calloc(k->nlocals + 1, 1);
+  j.lmap = lm_calloc(k->nlocals * (size_t)f + 1, sizeof *j.lmap);
+  j.smap = lm_calloc(k->nstmts * (size_t)f + 1, sizeof *j.smap);
+  j.vmap = lm_calloc(k->nloops + 1, sizeof *j.vmap);
+  j.point = lm_calloc(k->nloops + 1, 1);
+  int done = 0;
+  if (!plain(k) || !j.inside || !j.dep || !j.own || !j.lmap || !j.smap || !j.vmap || !j.point) goto out;
+  for (size_t l = 0; l < k->nloops; l++) {
+    int32_t p = (int32_t)l;
+    while (p > 0) p = k->loops[p].parent;
+    j.inside[l] = p == 0;
+  }
+  find_deps(&j);
+  plan_tiles(&j, f);
+  if (!eligible(&j, f)) goto out;
+  int64_t floats = 0;
+  for (size_t i = 0; i < k->nlocals; i++) floats += k->locals[i] * (j.own[i] ? f : 1);
+  if (floats > MAX_LOCAL_FLOATS) goto out;
+  const lm_xnode e = *lm_x_node(x, k->loops[0].extent); /* a copy: building expressions may move the nodes */
+  j.guard_e = e.op == LM_X_CONST && e.v % f == 0 ? 0 : k->loops[0].extent;
+  memcpy(n->name, k->name, sizeof n->name);
+  n->anchor = k->anchor;
+  n->npar = k->npar;
+  if (!LM_GROW(n->loops, n->loopcap, k->nloops + 1) || !LM_GROW(n->bufs, n->bufcap, k->nbufs + 1)) goto out;
+  for (size_t l = 0; l < k->nloops; l++) { /* the same loops, same numbers, bodies refilled */
+    n->loops[l] = k->loops[l];
+    n->loops[l].body = (lm_block){0};
+    j.vmap[l] = lm_x_var(x, (int)l);
+  }
+  n->nloops = k->nloops;
+  if (j.tile_ep) { /* the loop over tiles, the innermost parallel loop's one item; the point loops a tile long */
+    int32_t tp = k->npar - 1;
+    j.tile = (int32_t)n->nloops++;
+    n->loops[j.tile] = (lm_loop){.extent = lm_x_const(x, j.tile_ep / TILE), .kind = LM_L_SERIAL, .parent = tp};
+    if (!lm_block_insert(&n->loops[tp].body, 0, (lm_item){1, (uint32_t)j.tile})) goto out;
+    for (size_t l = 1; l < k->nloops; l++) {
+      if (n->loops[l].parent == tp) n->loops[l].parent = j.tile;
+      if (!j.point[l]) continue;
+      n->loops[l].extent = lm_x_const(x, TILE);
+      j.vmap[l] = lm_x_add(x, lm_x_mul(x, lm_x_var(x, j.tile), lm_x_const(x, TILE)), lm_x_var(x, (int)l));
+    }
+  }
+  lm_expr fe = lm_x_const(x, f);
+  n->loops[0].extent = e.op == LM_X_CONST ? lm_x_const(x, (e.v + f - 1) / f)
+                                          : lm_x_simplify(x, lm_x_div(x, lm_x_add(x, k->loops[0].extent, lm_x_const(x, f - 1)), fe), NULL);
+  memcpy(n->bufs, k->bufs, k->nbufs * sizeof *k->bufs);
+  n->nbufs = k->nbufs;
+  for (size_t i = 0; i < k->nlocals && j.ok; i++)
+    for (int c = 0; c < f; c++) {
+      if (c && !j.own[i]) {
+        j.lmap[i * (size_t)f + c] = j.lmap[i * (size_t)f];
+        continue;
+      }
+      uint32_t id = lm_kernel_add_local(n, j.tile_ep && j.own[i] ? TILE : k->locals[i], 0);
+      if (id == UINT32_MAX) j.ok = 0;
+      j.lmap[i * (size_t)f + c] = id;
+    }
+  if (j.ok) copy_block(&j, &k->root);
+  done = j.ok && !x->failed && n->loops[0].extent;
+out:
+  lm_free(j.inside);
+  lm_free(j.dep);
+  lm_free(j.own);
+  lm_free(j.lmap);
+  lm_free(j.smap);
+  lm_free(j.vmap);
+  lm_free(j.point);
+  return done;
+}
+
+int lm_schedule_jam(lm_plan *plan, int f) {
+  int changed = 0;
+  if (f < 2) return 0;
+  for (size_t i = 0; i < plan->nkernels; i++) {
+    lm_kernel n;
+    if (!jam_kernel(&plan->g->x, &plan->kernels[i], &n, f)) {
+      lm_kernel_free(&n);
+      if (plan->g->x.failed) return -1;
+      continue;
+    }
+    lm_kernel_free(&plan->kernels[i]);
+    plan->kernels[i] = n;
+    changed++;
+  }
+  return changed;
+}
