@@ -301,12 +301,24 @@ out:
   return done;
 }
 
+/* Points per iteration for kernel k: f, or for a constant extent that f does not divide the
+ * largest smaller factor that does: no guarded tail, and a jammed copy's index divides evenly
+ * (Space Invaders' 54 window taps of 6 channels by 3: (3 i + c) / 6 is i / 2; by 4 the copies'
+ * guards kept their divisions, and its PPO trained at 7.9k against 9.5k env steps/s by 3). */
+static int points_of(const lm_exprs *x, const lm_kernel *k, int f) {
+  const lm_xnode *e = k->nloops ? lm_x_node(x, k->loops[0].extent) : NULL;
+  if (!e || e->op != LM_X_CONST || e->v % f == 0) return f;
+  for (int g = f - 1; g >= 2; g--)
+    if (e->v % g == 0) return g;
+  return f;
+}
+
 int lm_schedule_jam(lm_plan *plan, int f) {
   int changed = 0;
   if (f < 2) return 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel n;
-    if (!jam_kernel(&plan->g->x, &plan->kernels[i], &n, f)) {
+    if (!jam_kernel(&plan->g->x, &plan->kernels[i], &n, points_of(&plan->g->x, &plan->kernels[i], f))) {
       lm_kernel_free(&n);
       if (plan->g->x.failed) return -1;
       continue;
