@@ -723,6 +723,16 @@ static void reduce_mod(lm_exprs *x, int64_t d, poly *q, poly *r, const lm_xctx *
   }
 }
 
+/* c*inner + r as a canonical expression (a modulo rebuilt from the smaller one), 0 when a poly overflowed. */
+static lm_expr times_plus(lm_exprs *x, lm_expr inner, int64_t c, const poly *r, const lm_xctx *ctx) {
+  poly out, pi;
+  poly_of(x, inner, ctx, &pi);
+  poly_const(&out, 0);
+  poly_add(x, &out, &pi, c);
+  poly_add(x, &out, r, 1);
+  return out.bad ? 0 : poly_expr(x, &out);
+}
+
 static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, const lm_xctx *ctx) {
   poly pa, pb, q, r;
   lm_expr sa = lm_x_simplify(x, a, ctx), sb = lm_x_simplify(x, b, ctx);
@@ -770,12 +780,7 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
     if (!y.bad && !rr.bad && poly_within(x, &rr, &pc, ctx)) {
       lm_expr inner = simplify_divmod(x, op, poly_expr(x, &y), poly_expr(x, &pm), ctx);
       if (!inner || op == LM_X_DIV) return inner;
-      poly out, pi;
-      poly_of(x, inner, ctx, &pi);
-      poly_const(&out, 0);
-      poly_add(x, &out, &pi, c);
-      poly_add(x, &out, &rr, 1);
-      if (!out.bad) return poly_expr(x, &out);
+      if ((inner = times_plus(x, inner, c, &rr, ctx))) return inner;
     }
   }
   /* the same with a constant divisor d: g = gcd(d, every variable term's coefficient) plays c,
@@ -801,12 +806,7 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
       if (!y.bad && !rr.bad && (!rr.n || poly_within(x, &rr, &pg, ctx))) {
         lm_expr inner = simplify_divmod(x, op, poly_expr(x, &y), lm_x_const(x, cb / g), ctx);
         if (!inner || op == LM_X_DIV) return inner;
-        poly out, pi;
-        poly_of(x, inner, ctx, &pi);
-        poly_const(&out, 0);
-        poly_add(x, &out, &pi, g);
-        poly_add(x, &out, &rr, 1);
-        if (!out.bad) return poly_expr(x, &out);
+        if ((inner = times_plus(x, inner, g, &rr, ctx))) return inner;
       }
     }
   }

@@ -1203,17 +1203,6 @@ static void emit_unflatten(rk *r, lm_sb *sb) {
   }
 }
 
-/* The guards compiler/lanes.c puts on every access of a kernel in SIMD lanes whose env count E is
- * not known to be a multiple of the lanes L: blk*L + lane < E (conjuncts of a statement's
- * validity), which hold in every block below E / L. Guarded, clang keeps a lane loop's strided
- * stores scalar, one branch each: CartPole's step as a 1-step scan ran 106 us for 4096 envs on
- * one thread guarded and 39 us with the guards dropped (the dumped kernel, clang -O3). So the C
- * entry runs the blocks below E / L through a copy of the body in which these guards print as 1
- * (full), and the rest through the guarded body: the same statements, no guard on what holds.
- * This is a pass of the printer, not a rule: it changes no statement, only how a run splits its
- * block range, which the loop IR does not express (its chunks come from the pool at run time).
- * Found only when every such guard has the same E (without loop variables) and L;
- * LUMEN_NO_FULL_BLOCKS=1 turns it off (experiments). */
 /* i0*F + c with 0 < c < F, the guard of a jammed kernel's copy c (compiler/jam.c): F, else 0. */
 static int64_t jam_point(const lm_exprs *x, lm_expr e) {
   const lm_xnode *a = &x->nodes[e];
@@ -1225,6 +1214,18 @@ static int64_t jam_point(const lm_exprs *x, lm_expr e) {
   return c->v > 0 && c->v < f->v ? f->v : 0;
 }
 
+/* The guards compiler/lanes.c puts on every access of a kernel in SIMD lanes whose env count E is
+ * not known to be a multiple of the lanes L: blk*L + lane < E (conjuncts of a statement's
+ * validity), which hold in every block below E / L. Guarded, clang keeps a lane loop's strided
+ * stores scalar, one branch each: CartPole's step as a 1-step scan ran 106 us for 4096 envs on
+ * one thread guarded and 39 us with the guards dropped (the dumped kernel, clang -O3). So the C
+ * entry runs the blocks below E / L through a copy of the body in which these guards print as 1
+ * (full), and the rest through the guarded body: the same statements, no guard on what holds.
+ * This is a pass of the printer, not a rule: it changes no statement, only how a run splits its
+ * block range, which the loop IR does not express (its chunks come from the pool at run time).
+ * A jammed kernel's copies (compiler/jam.c) carry the same kind of guard, i0*L + c < E for its
+ * copy c, and split the same way. Found only when every such guard has the same E (without loop
+ * variables) and L; LUMEN_NO_FULL_BLOCKS=1 turns it off (experiments). */
 static void find_tails(rk *r) {
   const lm_kernel *k = r->k;
   lm_exprs *x = r->x;
@@ -1259,12 +1260,11 @@ static void find_tails(rk *r) {
           continue;
         blk = ext.v;
       }
-      const lm_xnode ext = {.op = LM_X_CONST, .v = blk};
-      if (L && ext.v != L) {
+      if (L && blk != L) {
         r->ntail = 0;
         return;
       }
-      L = ext.v;
+      L = blk;
       if (r->ntail && nd.b != r->tail_e) {
         r->ntail = 0;
         return;
@@ -1315,14 +1315,6 @@ static void emit_signature(rk *r, lm_sb *sb, const char *name) {
   }
 }
 
-/* The C dialect: the kernel's code in an inlined helper whose buffers are restrict parameters,
- * and the exported entry that takes them from B and S. C compilers give restrict its meaning on
- * parameters (clang turns it into alias scopes when it inlines), not on the local pointers the
- * entry would otherwise declare: a 4x16 register tile of a 256^3 matmul read through restrict
- * locals stayed scalar with its accumulators on the stack (9.1 ms, one thread), and vectorised
- * in registers as a helper (0.47 ms). A kernel in SIMD lanes (compiler/lanes.c) keeps the plain
- * form: its lane loops carry their own vectorisation pragma, and as a helper the fused CartPole
- * rollout ran 17% slower (3.34e6 -> 2.77e6 steps/s, rlbench --only rollout). */
 /* With tail guards (find_tails), the blocks below E / L run the full body in a range of their
  * own (start and end shadowed), then the rest the guarded body; the caller closes the block. */
 static void emit_tail_split(rk *r, lm_sb *out, const lm_sb *full) {
@@ -1336,6 +1328,14 @@ static void emit_tail_split(rk *r, lm_sb *out, const lm_sb *full) {
   lm_sb_puts(out, "  }\n  {\n    const int64_t start = lm_tail_start;\n");
 }
 
+/* The C dialect: the kernel's code in an inlined helper whose buffers are restrict parameters,
+ * and the exported entry that takes them from B and S. C compilers give restrict its meaning on
+ * parameters (clang turns it into alias scopes when it inlines), not on the local pointers the
+ * entry would otherwise declare: a 4x16 register tile of a 256^3 matmul read through restrict
+ * locals stayed scalar with its accumulators on the stack (9.1 ms, one thread), and vectorised
+ * in registers as a helper (0.47 ms). A kernel in SIMD lanes (compiler/lanes.c) keeps the plain
+ * form: its lane loops carry their own vectorisation pragma, and as a helper the fused CartPole
+ * rollout ran 17% slower (3.34e6 -> 2.77e6 steps/s, rlbench --only rollout). */
 static int has_lanes(const lm_kernel *k) {
   for (size_t i = 0; i < k->nloops; i++)
     if (k->loops[i].kind == LM_L_LANES) return 1;
@@ -1347,8 +1347,6 @@ static int has_lanes(const lm_kernel *k) {
 static const char gcc_contract_on[] = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
                                       "#pragma GCC optimize(\"fp-contract=fast\")\n#endif\n";
 static const char gcc_contract_off[] = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n";
-
-static void emit_tail_split(rk *r, lm_sb *out, const lm_sb *full);
 
 static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head, const lm_sb *full, const lm_sb *body) {
   const lm_kernel *k = r->k;
