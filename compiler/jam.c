@@ -51,7 +51,7 @@ static void find_deps(jam *j) {
   const lm_kernel *k = j->k;
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
-    if ((s->op == LM_S_STORE) && s->local && stmt_inside(j, s)) j->own[s->buf] = 1;
+    if (s->op == LM_S_STORE && s->local && stmt_inside(j, s)) j->own[s->buf] = 1;
   }
   for (int changed = 1; changed;) {
     changed = 0;
@@ -67,6 +67,11 @@ static void find_deps(jam *j) {
       if (d) j->dep[i] = 1, changed = 1;
     }
   }
+}
+
+/* f i + c: loop 0's variable as copy c of a jammed iteration sees it */
+static lm_expr point(jam *j, int c) {
+  return lm_x_add(j->x, lm_x_mul(j->x, lm_x_var(j->x, 0), lm_x_const(j->x, j->f)), lm_x_const(j->x, c));
 }
 
 static lm_expr remap(jam *j, lm_expr e) {
@@ -88,9 +93,7 @@ static void copy_stmt(jam *j, uint32_t old, int c) {
   }
   int reads_var = ((lm_x_vars_used(j->x, k->stmts[old].idx) | lm_x_vars_used(j->x, k->stmts[old].valid)) & 1) != 0;
   if (c > 0 && j->guard_e && (s.op == LM_S_LOAD || s.op == LM_S_STORE) && (!s.local || reads_var)) {
-    /* 4 i4 + c < E, built as it is so that the renderer recognises it */
-    lm_expr at = lm_x_add(j->x, lm_x_mul(j->x, lm_x_var(j->x, 0), lm_x_const(j->x, j->f)), lm_x_const(j->x, c));
-    lm_expr g = lm_x_lt(j->x, at, j->guard_e);
+    lm_expr g = lm_x_lt(j->x, point(j, c), j->guard_e); /* unsimplified: the renderer recognises it */
     s.valid = s.valid && !lm_x_is_const(j->x, s.valid, 1) ? lm_x_and(j->x, s.valid, g) : g;
   }
   uint32_t id = lm_kernel_add_stmt(j->n, &s, -1);
@@ -116,15 +119,15 @@ static void copy_block(jam *j, const lm_block *b) {
       continue;
     }
     for (int c = 0; c < j->f && j->ok; c++) {
-      j->vmap[0] = lm_x_add(j->x, lm_x_mul(j->x, lm_x_var(j->x, 0), lm_x_const(j->x, j->f)), lm_x_const(j->x, c));
+      j->vmap[0] = point(j, c);
       copy_stmt(j, it.id, c);
     }
     j->vmap[0] = lm_x_var(j->x, 0);
   }
 }
 
-/* Can plain kernel k be jammed by f, and does it pay? Accumulations in inner loops whose accumulators, f
- * times over, still fit in registers (a point loop of at most REG_FLOATS / f, or a scalar
+/* Can plain kernel k be jammed by f, and does it pay? Accumulations in inner loops whose
+ * accumulators, f times over, still fit in registers (a point loop of at most REG_FLOATS / f, or a scalar
  * chain), or never did (a point loop of at least MEM_FLOATS: the shared operand's loads are
  * what jamming saves). In between it spills what fitted: measured on the cpu, a dense layer's
  * rows of 128 accumulators ran 0.76x (forward) and 0.57x (weight gradient) jammed, while
