@@ -2,6 +2,8 @@
  * the local derivative of every primitive, the inverse of every view kind on the edges, and
  * gradient accumulation, all appended to the loss's graph as ordinary primitives and views.
  * Also lm_detach, the stop-gradient. */
+#include <string.h>
+
 #include "graph-impl.h"
 #include "lumen/autograd.h"
 #include "lumen/ops.h"
@@ -90,9 +92,25 @@ static lm_tensor unview(lm_graph_t *g, lm_edge e, lm_tensor d) {
         lm_dim dims[LM_MAX_RANK];
         for (int i = 0; i < in.rank; i++) dims[i] = lm_expr_dim(g, in.dim[i]);
         d = lm_reshape(d, in.rank, dims);
-      } else {
-        d = lm_sum_reduce(d, a);
+        break;
       }
+      /* A run of expands (a broadcast over several axes, a convolution's weight over batch, rows
+       * and columns) is summed innermost axis first: its loop nest then runs the outermost axis
+       * outermost and reads each of its rows contiguously. Summed outermost first, the weight
+       * gradient of MinAtar's convolution read the minibatch's observations column by column
+       * through the permutation, one 64-byte line per product row. */
+      int axes[LM_MAX_RANK], n = 0; /* the run's axes in the outermost view's numbering, ascending */
+      for (;;) {
+        int ax = v.axis, at = 0;
+        for (; at < n && axes[at] <= ax; at++) ax++;
+        memmove(axes + at + 1, axes + at, (size_t)(n - at) * sizeof *axes);
+        axes[at] = ax, n++;
+        const lm_view *p = v.parent ? &g->views[v.parent] : NULL;
+        if (!p || p->kind != LM_V_EXPAND || (expr_const(g, p->p0, &one) && one == 1) || n == LM_MAX_RANK) break;
+        vi = v.parent;
+        v = g->views[vi];
+      }
+      while (n > 0 && lm_tensor_ok(d)) d = lm_sum_reduce(d, axes[--n]);
       break;
     }
     case LM_V_SLICE:

@@ -1105,6 +1105,45 @@ Test(grad, twice_gives_the_second_derivative) {
   lm_graph_free(g);
 }
 
+/* A broadcast over several axes is summed innermost axis first, so the loop nest reads the
+ * outermost axis (a batch) outermost: w [3] broadcast to [4, 5, 6, 3] gets, bit for bit,
+ * sum over b of (sum over h of (sum over w)). Mixed magnitudes make every other order round
+ * differently (checked when this was written: batch innermost differs in all three). */
+Test(grad, a_broadcast_over_several_axes_sums_the_innermost_axis_first) {
+  lm_graph_t *g = lm_graph_new();
+  lm_tensor w = lm_input(g, "w", LM_ROLE_PARAM, 1, (lm_dim[]){3}), gw;
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 4, (lm_dim[]){4, 5, 6, 3});
+  lm_tensor we = lm_expand(lm_expand(lm_expand(w, 0, 6), 0, 5), 0, 4);
+  cr_assert(lm_grad(sum_all(lm_mul(we, x)), &w, 1, &gw) == LM_OK, "%s", lm_last_error());
+  cr_assert(lm_output(gw, "gw") == LM_OK);
+  enum { NX = 4 * 5 * 6 * 3 };
+  float xs[NX], ws[3] = {1, 2, 3}, got[3];
+  uint32_t s = 12345;
+  for (int i = 0; i < NX; i++) {
+    s = s * 1664525u + 1013904223u;
+    xs[i] = ldexpf((float)(s >> 8) / 16777216.0f - 0.5f, (int)(s % 24) - 4);
+  }
+  double want[3];
+  for (int f = 0; f < 3; f++) {
+    float sb = 0;
+    for (int b = 0; b < 4; b++) {
+      float sh = 0;
+      for (int h = 0; h < 5; h++) {
+        float sw = 0;
+        for (int c = 0; c < 6; c++) sw += xs[((b * 5 + h) * 6 + c) * 3 + f];
+        sh += sw;
+      }
+      sb += sh;
+    }
+    want[f] = sb;
+  }
+  for (int k = 0; k < 1 + have_cpu(); k++) {
+    run2(g, k ? "cpu" : "ref", (check_buf[]){{"w", ws, 3}, {"x", xs, NX}}, 2, (check_buf[]){{"gw", got, 3}}, 1);
+    check_close(k ? "cpu" : "ref", got, want, 3, 0, 0);
+  }
+  lm_graph_free(g);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 Test(grad_error, non_scalar_loss_is_rejected_with_its_shape) {
