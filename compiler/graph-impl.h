@@ -80,6 +80,7 @@ struct lm_graph {
   size_t nassigns, assigncap;
   lm_exprs x;
   uint32_t next_stream;
+  uint8_t contract; /* lm_graph_set_contraction */
   lm_status err; /* first construction error, LM_OK if none */
   char *errmsg;
 };

@@ -23,7 +23,9 @@
 #include "loopir.h"
 #include "lumen/lumen.h"
 #include "memplan.h"
+#include "graph-impl.h"
 #include "passes.h"
+#include "render.h"
 #include "support/check.h"
 
 #define RTOL 2e-5
@@ -821,4 +823,61 @@ Test(schedule, update_epilogues_and_one_thread_joins_cut_kernels_with_the_same_b
   for (int c = 0; c < 4; c++) free(v[c]);
   lm_backend_free(b);
   lm_graph_free(g);
+}
+
+/* Contraction (lm_graph_set_contraction): the kernels of a graph that allows it are rendered
+ * under the contraction pragmas (FMAs), those of one that does not are not, and both agree with the
+ * reference: the plain one bit for bit, the contracted one within rounding. Contraction
+ * survives canonicalisation and cloning. */
+Test(schedule, a_graph_that_allows_contraction_renders_fmas_and_agrees_with_the_reference) {
+  for (int on = 0; on < 2; on++) {
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){24, 64});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){64, 48});
+    lm_tensor b = lm_input(g, "b", LM_ROLE_DATA, 1, (lm_dim[]){48});
+    OK(lm_output(lm_add(lm_matmul(x, w), lm_expand(b, 0, 24)), "y"));
+    lm_graph_set_contraction(g, on);
+    lm_graph_t *c = lm_graph_clone(g);
+    cr_assert(c);
+    lm_compiled comp;
+    lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+    OK(lm_compile_ex(c, NULL, &co, &comp));
+    for (size_t k = 0; k < comp.plan->nkernels; k++)
+      cr_assert_eq(comp.plan->kernels[k].contract, on, "kernel %zu: contract %d, graph %d", k,
+                   comp.plan->kernels[k].contract, on);
+    char *src = lm_render_plan(comp.plan, LM_DIALECT_C);
+    cr_assert(src);
+    int fma = strstr(src, "#pragma GCC optimize(\"fp-contract=fast\")") != NULL; /* around a contracted kernel */
+    cr_assert_eq(fma, on, "the contraction pragmas are %s in the source", on ? "missing" : "present");
+    lm_free(src);
+    lm_compiled_free(&comp);
+    lm_graph_free(c);
+
+    lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
+    cr_assert(bc && br, "%s", lm_last_error());
+    lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
+    cr_assert(pc && pr, "%s", lm_last_error());
+    check_rng r = check_rng_new(7);
+    const struct { const char *name; size_t n; } in[] = {{"x", 24 * 64}, {"w", 64 * 48}, {"b", 48}};
+    for (int i = 0; i < 3; i++) {
+      float v[64 * 48];
+      check_fill(&r, v, in[i].n, -1, 1, 0.01);
+      OK(lm_program_write(pc, in[i].name, v, in[i].n));
+      OK(lm_program_write(pr, in[i].name, v, in[i].n));
+    }
+    OK(lm_program_run(pc));
+    OK(lm_program_run(pr));
+    float got[24 * 48], want[24 * 48];
+    double wd[24 * 48];
+    OK(lm_program_read(pc, "y", got, 24 * 48));
+    OK(lm_program_read(pr, "y", want, 24 * 48));
+    for (int i = 0; i < 24 * 48; i++) wd[i] = want[i];
+    if (on) check_close("contracted", got, wd, 24 * 48, 1e-5, 1e-5);
+    else check_same_bits("plain", got, want, 24 * 48);
+    lm_program_free(pc);
+    lm_program_free(pr);
+    lm_backend_free(bc);
+    lm_backend_free(br);
+    lm_graph_free(g);
+  }
 }

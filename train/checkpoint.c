@@ -276,8 +276,11 @@ static lm_status parse_config(const char *path, const char *head, lm_ppo_config 
       return lm_fail(LM_ERR_CORRUPT, "%s", why);
     }
   }
-  if (field(head, "conv", v, sizeof v)) { /* written since the convolutional policy (absent: none) */
-    snprintf(line, sizeof line, "conv = %s", v);
+  /* written since the convolutional policy (absent: none) and since contraction (absent: the
+   * run trained with the reference's rounding) */
+  static const char *const later[][2] = {{"conv", "0"}, {"exact", "1"}};
+  for (size_t k = 0; k < LM_COUNTOF(later); k++) {
+    snprintf(line, sizeof line, "%s = %s", later[k][0], field(head, later[k][0], v, sizeof v) ? v : later[k][1]);
     if (lm_ppo_config_apply(c, line, origin, NULL, NULL) != LM_OK) {
       snprintf(why, sizeof why, "%s", lm_last_error());
       return lm_fail(LM_ERR_CORRUPT, "%s", why);

@@ -41,6 +41,8 @@ static void train_usage(FILE *out) {
         "  --policy mlp|cnn    cnn: a 3x3 convolution of 16 filters (relu) before the hidden\n"
         "                      layers, the default for image observations (MinAtar's network)\n"
         "  --no-stop           keep training after the env's threshold is reached\n"
+        "  --exact             the update rounds every product as the reference does (the same bits on\n"
+        "                      every backend); by default its cpu kernels may fuse a*b + c into FMAs\n"
         "  --view              watch the current policy in a window while training (q closes it)\n"
         "  --checkpoint-every K  iterations between checkpoints (default 10)\n"
         "  --search-budget S   seconds of schedule search per program, candidates timed on the\n"
@@ -295,6 +297,7 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
     if (!strcmp(o, "--quiet")) { quiet = 1; continue; }
     if (!strcmp(o, "--no-anneal")) { cfg.anneal_lr = 0; GIVEN("anneal_lr"); continue; }
     if (!strcmp(o, "--shared")) { cfg.policy.shared = 1; GIVEN("shared"); continue; }
+    if (!strcmp(o, "--exact")) { cfg.exact = 1; GIVEN("exact"); continue; }
     if (o[0] != '-' || !o[1]) return bad("unexpected argument '%s' (options start with --)", o);
     if (i + 1 >= argc) return bad("option %s needs a value", o);
     const char *a = argv[++i];

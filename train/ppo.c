@@ -84,7 +84,7 @@ static const struct {
     {"gamma", 0, 1, 0},          {"gae_lambda", 0, 1, 0},    {"epochs", 1, 1000, 1},      {"minibatches", 1, 1 << 20, 1},
     {"clip_coef", 0, 10, 0},     {"ent_coef", 0, 10, 0},     {"vf_coef", 0, 100, 0},      {"max_grad_norm", 0, 1e6, 0},
     {"anneal_lr", 0, 1, 1},      {"clip_vloss", 0, 1, 1},    {"norm_adv", 0, 1, 1},       {"shared", 0, 1, 1},
-    {"conv", 0, 1024, 1},
+    {"conv", 0, 1024, 1},        {"exact", 0, 1, 1},
 };
 
 int lm_ppo_limit(const char *key, double *lo, double *hi) {
@@ -110,7 +110,7 @@ lm_status lm_ppo_config_check(const lm_ppo_config *c) {
                       (double)c->gamma,      (double)c->gae_lambda, (double)c->epochs,        (double)c->minibatches,
                       (double)c->clip_coef,  (double)c->ent_coef,   (double)c->vf_coef,       (double)c->max_grad_norm,
                       (double)c->anneal_lr,  (double)c->clip_vloss, (double)c->norm_adv,      (double)c->policy.shared,
-                      (double)c->policy.conv};
+                      (double)c->policy.conv, (double)c->exact};
   _Static_assert(LM_COUNTOF(v) == LM_COUNTOF(limits), "a setting without a range");
   for (size_t i = 0; i < LM_COUNTOF(limits); i++)
     if ((st = in_range(limits[i].key, v[i])) != LM_OK) return st;
@@ -165,6 +165,7 @@ static int apply_one(lm_ppo_config *c, const char *key, const char *v, char *why
     else if (!strcmp(key, "norm_adv")) c->norm_adv = (int)i;
     else if (!strcmp(key, "shared")) c->policy.shared = (int)i;
     else if (!strcmp(key, "conv")) c->policy.conv = (int)i;
+    else if (!strcmp(key, "exact")) c->exact = (int)i;
     else LM_ASSERT(0 && "a setting in the limits table without a field");
     return 1;
   }
@@ -247,7 +248,7 @@ lm_status lm_ppo_config_apply(lm_ppo_config *c, const char *text, const char *or
       static const char *const names[] = {"envs", "steps", "total_steps", "lr", "gamma", "gae_lambda", "epochs",
                                           "minibatches", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
                                           "anneal_lr", "clip_vloss", "norm_adv", "shared", "conv", "seed",
-                                          "hidden", "activation", "stepper"};
+                                          "hidden", "activation", "stepper", "exact"};
       for (size_t q = 0; q < LM_COUNTOF(names); q++)
         if (!strcmp(names[q], k)) keys[(*nkeys)++] = names[q];
     }
@@ -263,12 +264,12 @@ void lm_ppo_config_print(const lm_ppo_config *c, char *buf, size_t cap) {
            "envs = %lld\nsteps = %lld\ntotal_steps = %lld\nseed = %llu\nlr = %.9g\nanneal_lr = %d\ngamma = %.9g\n"
            "gae_lambda = %.9g\nepochs = %d\nminibatches = %d\nclip_coef = %.9g\nclip_vloss = %d\nent_coef = %.9g\n"
            "vf_coef = %.9g\nmax_grad_norm = %.9g\nnorm_adv = %d\nhidden = %s\nactivation = %s\nshared = %d\n"
-           "conv = %d\nstepper = %s\n",
+           "conv = %d\nstepper = %s\nexact = %d\n",
            (long long)c->n_envs, (long long)c->horizon, (long long)c->total_steps, (unsigned long long)c->seed,
            (double)c->lr, c->anneal_lr, (double)c->gamma, (double)c->gae_lambda, c->epochs, c->minibatches,
            (double)c->clip_coef, c->clip_vloss, (double)c->ent_coef, (double)c->vf_coef, (double)c->max_grad_norm,
            c->norm_adv, hidden, c->policy.activation == LM_ACT_RELU ? "relu" : "tanh", c->policy.shared,
-           c->policy.conv, c->stepper == LM_STEPPER_HOST ? "host" : "device");
+           c->policy.conv, c->stepper == LM_STEPPER_HOST ? "host" : "device", c->exact);
 }
 
 /* ---------------------------------------------------------------- graphs */
@@ -394,6 +395,7 @@ static lm_tensor minibatch(lm_tensor x, lm_dim B, lm_dim M, lm_dim pa, lm_dim pb
 static lm_graph_t *build_update(const lm_env_spec *env, const lm_ppo_config *c, lm_policy *pol, int split) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  lm_graph_set_contraction(g, !c->exact); /* FMAs: the update's matmuls 1.2x on MinAtar */
   lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N), M = lm_sym(g, "M");
   lm_dim pa = lm_sym(g, "perm_a"), pb = lm_sym_min(g, "perm_b", 0), off = lm_sym_min(g, "mb_off", 0);
   lm_tensor obs = minibatch(traj_input(g, "obs", env->obs_size), B, M, pa, pb, off);

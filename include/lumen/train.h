@@ -27,6 +27,8 @@ typedef struct lm_ppo_config {
   int norm_adv;
   lm_policy_config policy;
   lm_stepper stepper;
+  int exact; /* 1: the update keeps the reference's rounding on every backend; 0 (the default):
+              * its cpu kernels may contract a*b + c into FMAs (lm_graph_set_contraction) */
 } lm_ppo_config;
 
 /* Defaults tuned for the env (CartPole solves out of the box). */
@@ -37,7 +39,7 @@ lm_ppo_config lm_ppo_defaults(const lm_env_spec *env);
 lm_status lm_ppo_defaults_for(const lm_env_spec *env, lm_ppo_config *out);
 /* Settings as text, one "key = value" a line (the names checkpoints and settings.txt use: envs,
  * steps, total_steps, seed, lr, anneal_lr, gamma, gae_lambda, epochs, minibatches, clip_coef,
- * clip_vloss, ent_coef, vf_coef, max_grad_norm, norm_adv, hidden, activation, shared, stepper),
+ * clip_vloss, ent_coef, vf_coef, max_grad_norm, norm_adv, hidden, activation, shared, stepper, exact),
  * '#' starting a comment, applied over *cfg. Every value is checked as the command line checks
  * it; an unknown key or a bad value is LM_ERR_INVALID naming origin, the line and the key. keys
  * (optional, room for *nkeys): the keys set, in order. */
