@@ -29,7 +29,7 @@ _VALUE_OPTIONS = {
     "policy": "--policy", "checkpoint_every": "--checkpoint-every", "search_budget": "--search-budget",
     "config": "--config",
 }
-_FLAG_OPTIONS = {"shared": "--shared", "no_stop": "--no-stop"}
+_FLAG_OPTIONS = {"shared": "--shared", "no_stop": "--no-stop", "exact": "--exact"}
 SETTINGS = sorted(list(_VALUE_OPTIONS) + list(_FLAG_OPTIONS) + ["stop", "anneal_lr", "env_params"])
 
 
