@@ -24,6 +24,7 @@ struct lm_vecenv {
   int started;       /* reset has run */
   int next_step;     /* LM_VEC_NEXT_STEP: no final_obs output, a "pending" state */
   float *action;     /* n * asize: the actions as the program reads them */
+  float *action_in;  /* the step program's own action buffer where it is host memory (cpu, ref), else NULL */
   float *own;        /* the vec env's own output buffers, lm_vecenv_buffers */
   lm_vecenv_out bufs;
   char why[WHY_CAP];
@@ -32,14 +33,19 @@ struct lm_vecenv {
 static const char *const out_names[5] = {"obs", "reward", "terminated", "truncated", "final_obs"};
 
 /* The step program: actions in, lm_env_vec_step's five outputs out; the env state is STATE.
- * Where the plain program of the step takes more than one kernel (its stats at n envs), it is
- * compiled instead as a scan of T = 1 steps, which for an env-local step is one kernel with the
- * env state in registers, as in the rollout: measured at 4096 envs on a busy 2-core machine, MinAtar Breakout's step
- * took 63 ms as 3 kernels and 35 ms as the scan, while CartPole's (1 kernel either way) took
- * 62 us plain and 115 us as the scan. The choice follows the graph alone, never a timing, so an
- * env's transitions do not depend on the machine's load. RAND's run counter in a scan is
- * run * T + t = run, as in the plain program. *scan says which was built. */
-static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int64_t n, int next_step, int *scan) {
+ * It is compiled as a scan of T = 1 steps, which for an env-local step is one kernel with the
+ * env state in registers, as in the rollout, and with the rollout's cpu schedule: SIMD lane
+ * blocks, and reset draws made only in the lanes whose episode ended (compiler/lazy.c). The
+ * plain program computes every env's reset draws at every step, and an env whose step is
+ * several kernels runs them all per call (MinAtar Breakout, 4096 envs: 63 ms as 3 kernels, 35 ms
+ * as the scan, on a busy 2-core machine). Measured at 4096 envs on a 2-core Xeon with AVX-512,
+ * best of 5 over 3000 calls: CartPole 31-32 us a step plain and 22 as the scan (either
+ * auto-reset mode), Acrobot, MountainCar and Pendulum within 3% either way; at 16 envs the scan
+ * costs CartPole 0.07 us more. The plain program is built only where the scan cannot be (its error
+ * is then the plain program's, if that fails too). The choice follows the graph alone, never a
+ * timing, so an env's transitions do not depend on the machine's load. RAND's run counter in a
+ * scan is run * T + t = run, as in the plain program. *scan says which was built. */
+static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int next_step, int *scan) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_dim N = lm_sym(g, "N");
@@ -50,18 +56,10 @@ static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int64
   lm_status st = (next_step ? lm_env_vec_step_next : lm_env_vec_step)(env, g, "env.", N, act, &vs);
   lm_tensor outs[5] = {vs.obs, vs.reward, vs.terminated, vs.truncated, vs.final_obs};
   for (int i = 0; i < (next_step ? 4 : 5) && st == LM_OK; i++) st = lm_output(outs[i], out_names[i]);
-  lm_program_t *p = st == LM_OK ? lm_program_new(b, g) : NULL;
-  lm_program_stats stats = {0};
-  *scan = 0;
-  if (p && lm_program_bind(p, "N", n) == LM_OK && lm_program_get_stats(p, &stats) == LM_OK && stats.kernels > 1) {
-    static const char *const per_step[1] = {"action"};
-    lm_program_t *q = lm_program_new_scan(b, g, "T", 0, per_step, 1);
-    if (q) {
-      lm_program_free(p);
-      p = q;
-      *scan = 1;
-    }
-  }
+  static const char *const per_step[1] = {"action"};
+  lm_program_t *p = st == LM_OK ? lm_program_new_scan(b, g, "T", 0, per_step, 1) : NULL;
+  *scan = p != NULL;
+  if (st == LM_OK && !p) p = lm_program_new(b, g);
   lm_graph_free(g);
   return p;
 }
@@ -137,7 +135,7 @@ lm_vecenv_t *lm_vecenv_open(const char *name, const char *params, const char *de
   }
   if (!v->why[0]) snprintf(v->why, sizeof v->why, "%s", lm_backend_name(v->b));
   int scan = 0;
-  v->step = step_program(env, v->b, num_envs, v->next_step, &scan);
+  v->step = step_program(env, v->b, v->next_step, &scan);
   v->reset = v->step ? reset_program(env, v->b, v->next_step) : NULL;
   if (!v->reset) {
     st = LM_ERR_INVALID;
@@ -154,6 +152,9 @@ lm_vecenv_t *lm_vecenv_open(const char *name, const char *params, const char *de
     snprintf(msg, sizeof msg, "%s", lm_last_error());
     goto fail;
   }
+  lm_buffer_view av; /* host memory: the actions are converted straight into the program's input */
+  if (lm_program_buffer(v->step, "action", &av) == LM_OK && av.host && av.count == n * (size_t)v->asize)
+    v->action_in = av.host;
   v->action = lm_calloc(n * (size_t)v->asize, sizeof(float));
   v->own = lm_calloc(n * (2 * O + 3), sizeof(float));
   if (!v->action || !v->own) {
@@ -293,7 +294,9 @@ static lm_status bad_action(const lm_vecenv_t *v, const void *actions, lm_vec_dt
   return lm_fail(LM_ERR_INVALID, "%s: an action was refused but none is bad", e->name);
 }
 
-/* Converts and checks the actions into v->action; LM_ERR_INVALID names the first bad one. One
+/* Converts and checks the actions into the step program's input (v->action_in, or v->action to
+ * be written to it); LM_ERR_INVALID names the first bad one. A refused step leaves the input
+ * half written, which no run reads: the next step converts every action again. One
  * branch-free pass per type (the compiler vectorises it: at 4096 envs the checked conversion
  * with a branch per action took ~17 us of a 54 us CartPole step), and a second pass only to name a bad
  * action. */
@@ -303,7 +306,7 @@ static lm_status take_actions(lm_vecenv_t *v, const void *actions, lm_vec_dtype 
   int disc = e->action.kind == LM_SPACE_DISCRETE;
   if (!disc && (dtype == LM_VEC_DTYPE_I32 || dtype == LM_VEC_DTYPE_I64))
     return lm_fail(LM_ERR_INVALID, "%s: actions are a Box of %d floats per env, got integers", e->name, e->action.n);
-  float *out = v->action;
+  float *out = v->action_in ? v->action_in : v->action;
   int bad = 0;
   switch (dtype) {
   case LM_VEC_DTYPE_I32: {
@@ -359,7 +362,7 @@ lm_status lm_vecenv_step(lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype
                    (long long)v->n, v->asize);
   if (!v->started) return lm_fail(LM_ERR_INVALID, "%s: step before the first reset (call reset first)", v->env->name);
   lm_status st = take_actions(v, actions, dtype);
-  if (st == LM_OK) st = lm_program_write(v->step, "action", v->action, want);
+  if (st == LM_OK && !v->action_in) st = lm_program_write(v->step, "action", v->action, want);
   if (st == LM_OK) st = lm_program_run(v->step);
   return st == LM_OK ? read_outputs(v, v->step, out ? out : &v->bufs, 0) : st;
 }
