@@ -117,7 +117,8 @@ Test(conv2d, matches_a_direct_convolution_on_ref_and_cpu_without_an_im2col_buffe
       lm_program_stats s;
       cr_assert_eq(lm_program_get_stats(p.program, &s), LM_OK);
       cr_log_info("conv2d on cpu: %d kernels, arena %zu bytes", s.kernels, s.arena_bytes);
-      cr_assert_leq(s.kernels, 2, "conv2d + bias + relu took %d kernels", s.kernels);
+      /* the padded copy of x, then the windows' matmul with bias and relu in its epilogue */
+      cr_assert_leq(s.kernels, 3, "conv2d + bias + relu took %d kernels", s.kernels);
       cr_assert_lt(s.arena_bytes, (size_t)NB * H * W * K * sizeof(float), "an im2col-sized buffer: %zu bytes",
                    s.arena_bytes);
     }
