@@ -57,8 +57,8 @@ static int run_epilogue(pass_ctx *c) { return lm_schedule_epilogue(c->plan); }
 static int run_merge(pass_ctx *c) { return lm_schedule_merge(c->plan, scanning(c) ? 1 : LM_MERGE_BACK); }
 static int run_join(pass_ctx *c) { return lm_schedule_join(c->plan); }
 static int run_jam(pass_ctx *c) {
-  const char *e = getenv("LUMEN_JAM"); /* points per iteration, for experiments */
-  return lm_schedule_jam(c->plan, e && *e ? atoi(e) : LM_JAM);
+  const char *e = getenv("LUMEN_JAM"); /* points per iteration, fixed, for experiments */
+  return lm_schedule_jam(c->plan, e && *e ? atoi(e) : 0);
 }
 static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
 static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
@@ -113,7 +113,7 @@ static const pass passes[] = {
       "consecutive kernels that would each run on one thread become one serial kernel (schedule.c)"},
      PLAN, when_cpu_plan, run_join},
     {{"jam", "c", "a cpu plan, not a scan", "LUMEN_NO_JAM",
-      "accumulating kernels run 4 outer points at a time, copies jammed inward, wide outputs in tiles of 16 (jam.c)"},
+      "accumulating kernels run 4 outer points at a time (up to 16 where accumulators fit and indices divide no more), copies jammed inward, wide outputs in tiles of 16 (jam.c)"},
      PLAN, when_cpu_plan, run_jam},
     {{"scan-fuse", "all", "a scan whose step is env-local", NULL,
       "the whole scan as one plan: a time loop inside each env's kernel, the carry kept (scan.c)"},

@@ -194,7 +194,8 @@ int lm_schedule_join(lm_plan *plan);
 int lm_schedule_epilogue(lm_plan *plan);
 /* The outer parallel loop of kernels that hold loops, run `f` points at a time with every
  * statement inside copied per point side by side (unroll and jam, compiler/jam.c); the same
- * bits. Returns the kernels changed, -1 when memory ran out. */
+ * bits. f = 0: LM_JAM, or more where the points' accumulators leave room in the registers.
+ * Returns the kernels changed, -1 when memory ran out. */
 enum { LM_JAM = 4 };
 int lm_schedule_jam(lm_plan *plan, int f);
 /* Readable text of every kernel (for tests and bug reports). */
