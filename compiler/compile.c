@@ -25,6 +25,7 @@ typedef struct pass_ctx {
   const lm_scan_info *scan;
   const lm_compile_options *opts;
   int lanes_headed; /* a scan lowered for SIMD lanes: no interchange, no search */
+  int stepwise;     /* a scan's step plan that runs T times (its step could not be fused) */
 } pass_ctx;
 
 static int scanning(const pass_ctx *c) { return c->scan && c->scan->active; }
@@ -40,7 +41,8 @@ static int when_search(const pass_ctx *c) {
 static int when_interchange(const pass_ctx *c) {
   return !c->lanes_headed && c->opts->interchange && !when_search(c);
 }
-static int when_cpu_plan(const pass_ctx *c) { return c->opts->join && !scanning(c); }
+/* (a step plan that runs T times is a plan like any other for these) */
+static int when_cpu_plan(const pass_ctx *c) { return c->opts->join && (!scanning(c) || c->stepwise); }
 static int when_always(const pass_ctx *c) {
   (void)c;
   return 1;
@@ -103,16 +105,16 @@ static const pass passes[] = {
     {{"interchange", "c", "a vector cpu, not searched, not a scan headed for lanes", "LUMEN_NO_INTERCHANGE",
       "reductions in i-k-j order over local rows, staged operands, serial loops split at divisions (schedule.c)"},
      PLAN, when_interchange, run_interchange},
-    {{"epilogue", "c", "a cpu plan, not a scan", "LUMEN_NO_EPILOGUE",
+    {{"epilogue", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_EPILOGUE",
       "an elementwise kernel reading another's stores point for point runs inside it (schedule.c)"},
      PLAN, when_cpu_plan, run_epilogue},
     {{"merge", "all", "always", "LUMEN_NO_MERGE",
       "independent kernels over one parallel domain become one, equal statements shared (schedule.c)"},
      PLAN, when_always, run_merge},
-    {{"join", "c", "a cpu plan, not a scan", "LUMEN_NO_JOIN",
+    {{"join", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_JOIN",
       "consecutive kernels that would each run on one thread become one serial kernel (schedule.c)"},
      PLAN, when_cpu_plan, run_join},
-    {{"jam", "c", "a cpu plan, not a scan", "LUMEN_NO_JAM",
+    {{"jam", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_JAM",
       "accumulating kernels run 4 outer points at a time (up to 16 where accumulators fit and indices divide no more), copies jammed inward, wide outputs in tiles of 16 (jam.c)"},
      PLAN, when_cpu_plan, run_jam},
     {{"scan-fuse", "all", "a scan whose step is env-local", NULL,
@@ -166,11 +168,11 @@ static lm_status run_stage(int stage, pass_ctx *c) {
 
 /* lower, then the PLAN rows */
 static lm_status lower_plan(lm_compiled *out, const lm_scan_info *scan, const lm_compile_options *opts,
-                            int lanes_headed) {
+                            int lanes_headed, int stepwise) {
   lm_plan_free(out->plan);
   out->plan = NULL;
   lm_status st = lm_lower(out->g, &out->plan);
-  pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes_headed};
+  pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes_headed, .stepwise = stepwise};
   return st == LM_OK ? run_stage(PLAN, &c) : st;
 }
 
@@ -187,7 +189,7 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
    * (compiler/lanes.c); when the step turns out not to be env-local, it is lowered again with
    * the interchange, for the step plan that runs T times. */
   int lanes = scan && scan->active && opts->lanes > 1;
-  lm_status st = lower_plan(out, scan, opts, lanes);
+  lm_status st = lower_plan(out, scan, opts, lanes, 0);
   if (st == LM_OK && scan && scan->active) {
     lm_plan *fused = NULL;
     st = lm_scan_fuse(out->plan, scan->sym_T, scan->reverse, scan->per_step, &fused);
@@ -200,8 +202,8 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       out->lanes = 1;
       for (size_t i = 0; i < fused->nkernels; i++)
         if (lane_form(&fused->kernels[i])) out->lanes = opts->lanes;
-    } else if (st == LM_ERR_UNSUPPORTED) /* the step plan runs T times */
-      st = lanes ? lower_plan(out, scan, opts, 0) : LM_OK;
+    } else if (st == LM_ERR_UNSUPPORTED) /* the step plan runs T times, lowered as a plain plan */
+      st = lower_plan(out, scan, opts, 0, 1);
   }
   if (st == LM_OK) {
     pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes};
