@@ -48,6 +48,7 @@ static lm_tensor state_input(lm_graph_t *g, const char *name, lm_dim n, int widt
 lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, lm_policy *policy) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  lm_graph_set_contraction(g, cfg->contract);
   lm_dim N = lm_sym(g, "N");
   lm_tensor state = state_input(g, "env.state", N, env->state_size);
   state_input(g, "env.t", N, 0);

@@ -293,6 +293,7 @@ static int act_width(const lm_env_spec *env) { return env->action.kind == LM_SPA
 static lm_graph_t *build_prep(const lm_env_spec *env, const lm_ppo_config *c) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  lm_graph_set_contraction(g, !c->exact);
   lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N);
   lm_tensor value = traj_input(g, "value", 0), reward = traj_input(g, "reward", 0);
   lm_tensor term = traj_input(g, "terminated", 0), trunc = traj_input(g, "truncated", 0);
@@ -627,7 +628,9 @@ lm_trainer *lm_trainer_new_dist(lm_backend_t *b, const lm_env_spec *env, const l
     for (int i = 0; i < t->upol.nparams; i++) t->nweights += lm_policy_param_size(&t->upol, i);
     if (!(t->grads = lm_malloc(t->nweights * sizeof *t->grads))) goto fail;
   }
-  if (!(t->ro = lm_rollout_new_part(b, env, &cfg->policy, cfg->n_envs, cfg->horizon, cfg->stepper, rank * cfg->n_envs,
+  lm_policy_config pc = cfg->policy;
+  pc.contract = !cfg->exact; /* the rollout's and the bootstrap's forwards round as the update's */
+  if (!(t->ro = lm_rollout_new_part(b, env, &pc, cfg->n_envs, cfg->horizon, cfg->stepper, rank * cfg->n_envs,
                                     t->K * cfg->n_envs)))
     goto fail;
   if (!(t->prep = program_of(build_prep(env, cfg), b, 0)) || !(t->gae = program_of(build_gae(cfg), b, 1))) goto fail;

@@ -27,6 +27,9 @@ typedef struct lm_policy_config {
   int shared;                       /* one trunk for actor and critic */
   int conv;                         /* filters of a 3x3 convolution (stride 1, SAME, relu) over the
                                      * image observation before the hidden layers; 0: none */
+  int contract;                     /* the rollout's graph may fuse a*b + c into FMAs where its
+                                     * step runs as a plan (lm_graph_set_contraction); 0: the
+                                     * reference's rounding. PPO sets it unless exact. */
 } lm_policy_config;
 
 /* The CleanRL default: two hidden layers of 64, tanh, separate trunks. */
