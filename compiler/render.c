@@ -67,6 +67,18 @@ static const char c_prelude[] =
     "#else\n"
     "#define LM_CONTRACT\n"
     "#endif\n"
+    "/* a graph that allows contraction has given up the reference's bits: its kernels also run\n"
+    " * with subnormals flushed to zero (MXCSR FTZ and DAZ, restored on return). A subnormal\n"
+    " * operand costs an x86 core a microcode assist; PPO's gradients drift into them as a policy\n"
+    " * trains (MinAtar Breakout: iterations 0.354 s early, 0.374 s after 40 without, 0.359 s with) */\n"
+    "#if defined(__SSE__) && (defined(__GNUC__) || defined(__clang__))\n"
+    "#include <xmmintrin.h>\n"
+    "#define LM_FLUSH_ON const unsigned lm_csr = _mm_getcsr(); _mm_setcsr(lm_csr | 0x8040u);\n"
+    "#define LM_FLUSH_OFF _mm_setcsr(lm_csr);\n"
+    "#else\n"
+    "#define LM_FLUSH_ON\n"
+    "#define LM_FLUSH_OFF\n"
+    "#endif\n"
     "/* exp2 of eight lanes (a vec loop's tanh and softmax): 2^n p(f) with n = round(x), f = x - n\n"
     " * in [-1/2, 1/2] and p a degree-6 polynomial, within 6e-7 of exp2 (relative) where the result\n"
     " * is normal; 2^n goes on in two halves, so subnormal results and overflow to inf come out as\n"
@@ -1382,7 +1394,9 @@ static void emit_c_kernel(rk *r, lm_sb *out, const char *name, const lm_sb *head
   emit_signature(r, out, name);
   if (!any_buf) lm_sb_puts(out, "  (void)B;\n");
   if (!any_sym) lm_sb_puts(out, "  (void)S;\n");
-  lm_sb_printf(out, "  %s_k(%sR, start, end);\n}\n", name, args.s ? args.s : "");
+  if (k->contract) lm_sb_puts(out, "  LM_FLUSH_ON\n");
+  lm_sb_printf(out, "  %s_k(%sR, start, end);\n", name, args.s ? args.s : "");
+  lm_sb_puts(out, k->contract ? "  LM_FLUSH_OFF\n}\n" : "}\n");
   if (k->contract) lm_sb_puts(out, gcc_contract_off);
   if (args.failed) out->failed = 1;
   lm_sb_free(&args);

@@ -65,9 +65,10 @@ void lm_graph_free(lm_graph_t *g);
 
 /* Contraction: with on != 0 the cpu backend may compute a*b + c as one FMA (one rounding where
  * the reference interpreter rounds twice), in the kernels of this graph's plain plans (not in a
- * fused scan's). Results then match the reference within rounding, not bit for bit; each run of
- * one program still gives the same bits. Off by default; PPO turns it on for its update graph
- * (lm_ppo_config.exact = 0). */
+ * fused scan's), and runs those kernels with subnormals flushed to zero (x86: MXCSR FTZ and DAZ,
+ * restored after each call). Results then match the reference within rounding, not bit for bit;
+ * each run of one program still gives the same bits. Off by default; PPO turns it on for its
+ * update, bootstrap and rollout graphs (lm_ppo_config.exact = 0). */
 void lm_graph_set_contraction(lm_graph_t *g, int on);
 
 /* A symbol: a positive integer (>= 1) bound at run time. lm_sym_min allows another
