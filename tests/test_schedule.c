@@ -504,8 +504,9 @@ static int tile_rows(const lm_graph_t *g) {
   return n;
 }
 
-/* Jamming runs four rows (or taps: three of 54, Breakout's 4 channels and Space Invaders' 6) of
- * a kernel at a time, the dense layers' 128 outputs in tiles (of 16 or 64): more accumulator rows, and
+/* Jamming runs four rows of a kernel at a time, or more where the points keep few accumulators
+ * (the convolution's weight gradient: 12 of Breakout's 36 taps (4 channels), 6 of Space
+ * Invaders' 54 (6)), the dense layers' 128 outputs in tiles (of 16 or 64): more accumulator rows, and
  * not a bit of any result changes, for a batch that 4 divides (full blocks only) and one it does
  * not (the guarded tail), against the reference and against the cpu without the pass. */
 static void jam_keeps_bits(int64_t C) {
