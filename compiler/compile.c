@@ -202,8 +202,10 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       out->lanes = 1;
       for (size_t i = 0; i < fused->nkernels; i++)
         if (lane_form(&fused->kernels[i])) out->lanes = opts->lanes;
-    } else if (st == LM_ERR_UNSUPPORTED) /* the step plan runs T times, lowered as a plain plan */
-      st = lower_plan(out, scan, opts, 0, 1);
+    } else if (st == LM_ERR_UNSUPPORTED && (lanes || opts->join)) /* the step plan runs T times: */
+      st = lower_plan(out, scan, opts, 0, 1); /* lowered again where a plain plan's passes differ */
+    else if (st == LM_ERR_UNSUPPORTED)
+      st = LM_OK;
   }
   if (st == LM_OK) {
     pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes};

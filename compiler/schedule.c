@@ -286,16 +286,11 @@ static void stage_copies(ic *c) {
      * columns: w[p*K + k]), its stores then strided over a few lines that stay in L1; the other
      * order read a new line every element: MinAtar's [1600, 128] layer, 24% of its input
      * gradient's time went on the copy */
-    int r_inner = stride_ok(x, s->idx, r, NULL), lr, lp;
-    if (r_inner) {
-      lp = new_loop(c, -1, k->loops[c->p].extent, LM_L_SERIAL);
-      lr = lp < 0 ? -1 : new_loop(c, lp, k->loops[r].extent, LM_L_SERIAL);
-    } else {
-      lr = new_loop(c, -1, k->loops[r].extent, LM_L_SERIAL);
-      lp = lr < 0 ? -1 : new_loop(c, lr, k->loops[c->p].extent, LM_L_SERIAL);
-    }
-    if (lp < 0 || lr < 0) return;
-    int32_t inner = r_inner ? lr : lp;
+    int r_inner = stride_ok(x, s->idx, r, NULL);
+    int32_t outer = new_loop(c, -1, k->loops[r_inner ? c->p : r].extent, LM_L_SERIAL);
+    int32_t inner = outer < 0 ? -1 : new_loop(c, outer, k->loops[r_inner ? r : c->p].extent, LM_L_SERIAL);
+    if (inner < 0) return;
+    int32_t lr = r_inner ? inner : outer, lp = r_inner ? outer : inner;
     lm_expr map[64] = {0};
     map[c->p] = lm_x_var(x, lp);
     map[r] = lm_x_var(x, lr);
