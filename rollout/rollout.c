@@ -25,7 +25,8 @@ struct lm_rollout {
   /* host stepper */
   float *state, *t, *ep_ret, *ep_len;
   float *last; /* the env's last action, for sticky actions (lm_env_ref_action) */
-  float *traj[8]; /* obs, action, logp, value, reward, terminated, truncated, final_obs */
+  int once;       /* lm_rollout_truncates_once: the final observations per env, not per step */
+  float *traj[8]; /* obs, action, logp, value, reward, terminated, truncated, final_obs or trunc_obs */
   double sum_ret, sum_len, count;
   uint64_t seed, run;
 };
@@ -40,12 +41,23 @@ static int traj_width(const lm_env_spec *env, int i) {
   return i == 0 || i == 7 ? env->obs_size : i == 1 ? act_width(env) : 1;
 }
 
+int lm_rollout_truncates_once(const lm_env_spec *env, int64_t horizon) { return env && env->time_limit >= horizon; }
+
+const char *lm_rollout_final_obs_name(const lm_env_spec *env, int64_t horizon) {
+  return lm_rollout_truncates_once(env, horizon) ? "trunc_obs" : "final_obs";
+}
+
+/* Name of trajectory buffer i and its steps (T, or 1 for the per-env trunc_obs). */
+static const char *traj_name(const lm_rollout *r, int i) { return i == 7 && r->once ? "trunc_obs" : traj_names[i]; }
+static int64_t traj_steps(const lm_rollout *r, int i) { return i == 7 && r->once ? 1 : r->T; }
+
 static lm_tensor state_input(lm_graph_t *g, const char *name, lm_dim n, int width) {
   lm_dim shape[2] = {n, width};
   return lm_input(g, name, LM_ROLE_STATE, width ? 2 : 1, shape);
 }
 
-lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, lm_policy *policy) {
+lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, int64_t horizon,
+                                  lm_policy *policy) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
   lm_graph_set_contraction(g, cfg->contract);
@@ -72,7 +84,13 @@ lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config
   lm_assign(ret, lm_mul(ret1, live));
   lm_assign(len, lm_mul(len1, live));
   lm_tensor outs[8] = {obs, action, logp, po.value, vs.reward, vs.terminated, vs.truncated, vs.final_obs};
-  for (int i = 0; i < 8 && st == LM_OK; i++) st = lm_output(outs[i], traj_names[i]);
+  int nout = 8;
+  if (lm_rollout_truncates_once(env, horizon)) { /* the final obs where truncated, kept per env */
+    lm_tensor kept = state_input(g, "trunc_obs", N, env->obs_size);
+    st = lm_assign(kept, lm_where(lm_unsqueeze(vs.truncated, 1), vs.final_obs, kept));
+    nout = 7;
+  }
+  for (int i = 0; i < nout && st == LM_OK; i++) st = lm_output(outs[i], traj_names[i]);
   if (st == LM_OK && lm_graph_validate(g) == LM_OK) return g;
 fail:
   lm_graph_free(g);
@@ -150,7 +168,7 @@ static int is_part(const lm_rollout *r) { return !(r->first == 0 && r->all == r-
 
 static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
   const lm_env_spec *env = r->env;
-  lm_graph_t *g = lm_rollout_step_graph(env, cfg, &r->policy);
+  lm_graph_t *g = lm_rollout_step_graph(env, cfg, r->T, &r->policy);
   lm_status st = LM_OK;
   lm_dim N;
   if (!g) return LM_ERR_INVALID;
@@ -175,6 +193,10 @@ static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
     lm_tensor sv = state_input(g, stat_names[i], N, 0);
     lm_assign(sv, lm_full(g, 0.0f, 1, &N));
   }
+  if (r->once) { /* finite rows before any truncation: the bootstrap multiplies them by 0 */
+    lm_tensor kept = state_input(g, "trunc_obs", N, env->obs_size);
+    lm_assign(kept, lm_full(g, 0.0f, 2, (lm_dim[]){N, env->obs_size}));
+  }
   if (is_part(r) && (st = rand_rows_of_batch(g)) != LM_OK) goto done;
   r->reset = lm_program_new(r->b, g);
   st = r->reset ? lm_program_bind(r->reset, "N", r->n) : LM_ERR_INVALID;
@@ -182,6 +204,7 @@ static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
   if (st == LM_OK) st = lm_program_link(r->reset, "env.state", r->prog, "env.state");
   if (st == LM_OK) st = lm_program_link(r->reset, "env.t", r->prog, "env.t");
   for (int i = 0; i < 5 && st == LM_OK; i++) st = lm_program_link(r->reset, stat_names[i], r->prog, stat_names[i]);
+  if (st == LM_OK && r->once) st = lm_program_link(r->reset, "trunc_obs", r->prog, "trunc_obs");
 done:
   lm_graph_free(g);
   return st;
@@ -217,7 +240,8 @@ static lm_status build_host(lm_rollout *r, const lm_policy_config *cfg) {
     int w = traj_width(env, i);
     lm_dim shape[3] = {T, N, w};
     int rank = (i == 0 || i == 7 || (i == 1 && env->action.kind == LM_SPACE_BOX)) ? 3 : 2;
-    lm_input(g, traj_names[i], LM_ROLE_DATA, rank, shape);
+    if (traj_steps(r, i) == 1) lm_input(g, traj_name(r, i), LM_ROLE_DATA, 2, shape + 1);
+    else lm_input(g, traj_name(r, i), LM_ROLE_DATA, rank, shape);
   }
   lm_input(g, "env.state", LM_ROLE_DATA, 2, (lm_dim[]){N, env->state_size});
   r->prog = lm_program_new(r->b, g);
@@ -232,7 +256,7 @@ static lm_status build_host(lm_rollout *r, const lm_policy_config *cfg) {
   r->last = lm_calloc(n, sizeof(float));
   if (!r->state || !r->t || !r->ep_ret || !r->ep_len || !r->last) return LM_ERR_NOMEM;
   for (int i = 0; i < 8; i++)
-    if (!(r->traj[i] = lm_calloc((size_t)r->T * n * (size_t)traj_width(env, i), sizeof(float)))) return LM_ERR_NOMEM;
+    if (!(r->traj[i] = lm_calloc((size_t)traj_steps(r, i) * n * (size_t)traj_width(env, i), sizeof(float)))) return LM_ERR_NOMEM;
   return LM_OK;
 }
 
@@ -272,6 +296,7 @@ lm_rollout *lm_rollout_new_part(lm_backend_t *b, const lm_env_spec *env, const l
   r->first = first_env;
   r->all = all_envs;
   r->stepper = stepper;
+  r->once = lm_rollout_truncates_once(env, horizon);
   lm_status st = stepper == LM_STEPPER_HOST ? build_host(r, cfg) : build_device(r, cfg);
   if (st != LM_OK) {
     char msg[4096];
@@ -322,6 +347,7 @@ lm_status lm_rollout_reset(lm_rollout *r, uint64_t seed) {
     env->ref_reset(r->state + e * env->state_size, seed ^ 0x5eed5eed5eed5eedull, (uint64_t)(r->first + e), 0);
     r->t[e] = r->ep_ret[e] = r->ep_len[e] = 0;
   }
+  if (r->once) memset(r->traj[7], 0, (size_t)r->n * (size_t)env->obs_size * sizeof(float));
   r->sum_ret = r->sum_len = r->count = 0;
   return LM_OK;
 }
@@ -343,7 +369,7 @@ static lm_status run_host(lm_rollout *r) {
     if ((st = lm_program_read(r->pol, "logp", logp, n)) != LM_OK) break;
     if ((st = lm_program_read(r->pol, "value", value, n)) != LM_OK) break;
     float *rew = r->traj[4] + (size_t)t * n, *term = r->traj[5] + (size_t)t * n, *trunc = r->traj[6] + (size_t)t * n;
-    float *fin = r->traj[7] + (size_t)t * n * os;
+    float *fin = r->traj[7] + (r->once ? 0 : (size_t)t * n * os);
     uint64_t step_run = r->run * (uint64_t)r->T + (uint64_t)t;
     for (size_t e = 0; e < n; e++) {
       float *s = r->state + e * ss;
@@ -357,7 +383,7 @@ static lm_status run_host(lm_rollout *r) {
       r->t[e] += 1;
       term[e] = (float)terminated;
       trunc[e] = !terminated && r->t[e] >= (float)env->time_limit;
-      env->ref_observe(s, fin + e * os);
+      if (!r->once || trunc[e] != 0.0f) env->ref_observe(s, fin + e * os);
       r->ep_ret[e] += rew[e];
       r->ep_len[e] += 1;
       if (terminated || trunc[e] != 0.0f) {
@@ -372,7 +398,7 @@ static lm_status run_host(lm_rollout *r) {
   }
   lm_free(act);
   for (int i = 0; i < 8 && st == LM_OK; i++)
-    st = lm_program_write(r->prog, traj_names[i], r->traj[i], (size_t)r->T * n * (size_t)traj_width(env, i));
+    st = lm_program_write(r->prog, traj_name(r, i), r->traj[i], (size_t)traj_steps(r, i) * n * (size_t)traj_width(env, i));
   if (st == LM_OK) st = lm_program_write(r->prog, "env.state", r->state, n * ss);
   if (st == LM_OK) r->run++;
   return st;

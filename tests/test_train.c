@@ -94,6 +94,76 @@ Test(train, device_and_host_steppers_produce_the_same_run) {
   lm_backend_free(b);
 }
 
+/* prep (the bootstrap) over one trajectory: the graph lm_trainer_graphs builds for `horizon`,
+ * run with T = the trajectory's steps; `fin` is the final observations under `fin_name` */
+static float *prep_reward_b(lm_backend_t *b, const lm_env_spec *env, lm_ppo_config c, int64_t horizon, lm_rollout *r,
+                            int64_t n, int64_t T, const char *fin_name, const float *fin, size_t nfin) {
+  c.horizon = horizon;
+  lm_train_graph gs[4];
+  cr_assert_eq(lm_trainer_graphs(env, &c, gs, 4), 4, "%s", lm_last_error());
+  lm_program_t *p = lm_program_new(b, gs[1].g);
+  for (int i = 0; i < 4; i++) lm_graph_free(gs[i].g);
+  cr_assert(p, "%s", lm_last_error());
+  cr_assert_eq(lm_program_bind(p, "N", n), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_program_bind(p, "T", T), LM_OK, "%s", lm_last_error());
+  lm_program_t *ro = lm_rollout_program(r);
+  const lm_policy *pol = lm_rollout_policy(r);
+  for (int i = 0; i < pol->nparams; i++) cr_assert_eq(lm_program_link(p, pol->name[i], ro, pol->name[i]), LM_OK, "%s", lm_last_error());
+  const char *from_ro[5] = {"value", "reward", "terminated", "truncated", "env.state"};
+  for (int i = 0; i < 5; i++) cr_assert_eq(lm_program_link(p, from_ro[i], ro, from_ro[i]), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_program_write(p, fin_name, fin, nfin), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_program_run(p), LM_OK, "%s", lm_last_error());
+  float *out = malloc((size_t)(T * n) * sizeof *out);
+  cr_assert_eq(lm_program_read(p, "reward_b", out, (size_t)(T * n)), LM_OK, "%s", lm_last_error());
+  lm_program_free(p);
+  return out;
+}
+
+/* An env whose time limit is at least the horizon truncates at most once a rollout: the rollout
+ * keeps the final obs per env ("trunc_obs"), and the bootstrap from it equals the one from a
+ * final obs per step (the graph built for a longer horizon than the limit, run on the same data). */
+Test(train, the_bootstrap_from_the_final_obs_kept_per_env_equals_the_one_kept_per_step) {
+  lm_backend_t *b = cpu();
+  const lm_env_spec *env = lm_env_find("pendulum");
+  cr_assert_eq(lm_env_configure(env, "time_limit=16", &env), LM_OK, "%s", lm_last_error());
+  const int64_t n = 4, T = 16;
+  lm_ppo_config c = small(env);
+  cr_assert(lm_rollout_truncates_once(env, T) && !lm_rollout_truncates_once(env, T + 1));
+  cr_assert_str_eq(lm_rollout_final_obs_name(env, T), "trunc_obs");
+  lm_rollout *r = lm_rollout_new(b, env, &c.policy, n, T, LM_STEPPER_DEVICE);
+  cr_assert(r, "%s", lm_last_error());
+  cr_assert_eq(lm_policy_init(lm_rollout_policy(r), lm_rollout_program(r), 7), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_rollout_reset(r, 99), LM_OK, "%s", lm_last_error());
+  for (int k = 0; k < 2; k++) cr_assert_eq(lm_rollout_run(r), LM_OK, "%s", lm_last_error());
+  size_t os = (size_t)env->obs_size, tn = (size_t)(T * n);
+  float *kept = malloc((size_t)n * os * sizeof *kept), *trunc = malloc(tn * sizeof *trunc), *reward = malloc(tn * sizeof *reward);
+  float *per_step = calloc(tn * os, sizeof *per_step);
+  cr_assert_eq(lm_program_read(lm_rollout_program(r), "trunc_obs", kept, (size_t)n * os), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_program_read(lm_rollout_program(r), "truncated", trunc, tn), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_program_read(lm_rollout_program(r), "reward", reward, tn), LM_OK, "%s", lm_last_error());
+  int truncations = 0;
+  for (size_t i = 0; i < tn; i++)
+    if (trunc[i] != 0.0f) {
+      truncations++;
+      memcpy(per_step + i * os, kept + (i % (size_t)n) * os, os * sizeof *kept);
+    }
+  cr_assert_eq(truncations, (int)n, "every env truncates once in %lld steps at time_limit 16", (long long)T);
+  for (size_t e = 0; e < (size_t)n; e++) cr_assert(kept[e * os] != 0.0f || kept[e * os + 1] != 0.0f, "env %zu kept no obs", e);
+  float *once = prep_reward_b(b, env, c, T, r, n, T, "trunc_obs", kept, (size_t)n * os);
+  float *each = prep_reward_b(b, env, c, T + 1, r, n, T, "final_obs", per_step, tn * os);
+  int bootstrapped = 0;
+  for (size_t i = 0; i < tn; i++) {
+    /* not bit for bit: tanh's vector (libmvec) and scalar paths round apart, by rows per kernel */
+    cr_assert(fabsf(once[i] - each[i]) <= 1e-5f * fabsf(each[i]) + 1e-6f, "reward_b %zu: %a per env, %a per step", i,
+              (double)once[i], (double)each[i]);
+    bootstrapped += once[i] != reward[i];
+  }
+  cr_assert_eq(bootstrapped, (int)n, "the bootstrap changed %d rewards, not the %lld truncated ones", bootstrapped, (long long)n);
+  free(once), free(each), free(kept), free(trunc), free(reward), free(per_step);
+  lm_rollout_free(r);
+  lm_backend_free(b);
+}
+
 static void resume_equals_uninterrupted(const char *env, lm_stepper stepper) {
   lm_backend_t *b = cpu();
   lm_ppo_config c = small(lm_env_find(env));

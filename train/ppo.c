@@ -297,11 +297,16 @@ static lm_graph_t *build_prep(const lm_env_spec *env, const lm_ppo_config *c) {
   lm_dim T = lm_sym(g, "T"), N = lm_sym(g, "N"), B = lm_dim_mul(g, T, N);
   lm_tensor value = traj_input(g, "value", 0), reward = traj_input(g, "reward", 0);
   lm_tensor term = traj_input(g, "terminated", 0), trunc = traj_input(g, "truncated", 0);
-  lm_tensor fin = traj_input(g, "final_obs", env->obs_size);
+  /* an env that truncates at most once a rollout keeps its final obs per env: N forwards */
+  int once = lm_rollout_truncates_once(env, c->horizon);
+  lm_tensor fin = once ? lm_input(g, "trunc_obs", LM_ROLE_DATA, 2, (lm_dim[]){N, env->obs_size})
+                       : traj_input(g, "final_obs", env->obs_size);
   lm_tensor state = lm_input(g, "env.state", LM_ROLE_DATA, 2, (lm_dim[]){N, env->state_size});
   lm_policy pol;
   if (lm_policy_build(g, &c->policy, env, &pol) != LM_OK) goto fail;
-  lm_tensor fin_v = lm_reshape(lm_policy_value(&pol, lm_reshape(fin, 2, (lm_dim[]){B, env->obs_size})), 2, (lm_dim[]){T, N});
+  lm_tensor fin_v = once ? lm_broadcast_to(lm_unsqueeze(lm_policy_value(&pol, fin), 0), 2, (lm_dim[]){T, N})
+                         : lm_reshape(lm_policy_value(&pol, lm_reshape(fin, 2, (lm_dim[]){B, env->obs_size})), 2,
+                                      (lm_dim[]){T, N});
   lm_tensor last_v = lm_policy_value(&pol, env->observe(g, state));
   lm_tensor reward_b = lm_add(reward, lm_mul(lm_mul_scalar(trunc, c->gamma), fin_v));
   lm_tensor done = lm_maximum(term, trunc);
@@ -462,7 +467,7 @@ int lm_trainer_graphs(const lm_env_spec *env, const lm_ppo_config *cfg, lm_train
   lm_policy pol;
   lm_policy_config pc = cfg->policy;
   out[0].name = "rollout";
-  out[0].g = lm_rollout_step_graph(env, &pc, &pol);
+  out[0].g = lm_rollout_step_graph(env, &pc, cfg->horizon, &pol);
   out[0].scan = 1;
   out[1] = (lm_train_graph){.name = "prep", .g = build_prep(env, cfg)};
   out[2] = (lm_train_graph){.name = "gae", .g = build_gae(cfg), .scan = 1, .reverse = 1, .n_per_step = 4};
@@ -512,7 +517,8 @@ static lm_status wire(lm_trainer *t) {
   if ((st = link_params(pol, &t->upol, t->upd)) || (st = link_params(t->prep, &t->upol, t->upd))) return st;
   const char *traj[4] = {"obs", "action", "logp", "value"};
   if ((st = link_all(t->upd, traj, 4, ro)) || (st = lm_program_link(t->upd, "adv", t->gae, "adv"))) return st;
-  const char *prep_in[6] = {"value", "reward", "terminated", "truncated", "final_obs", "env.state"};
+  const char *prep_in[6] = {"value", "reward", "terminated", "truncated", lm_rollout_final_obs_name(t->env, c->horizon),
+                            "env.state"};
   if ((st = link_all(t->prep, prep_in, 6, ro))) return st;
   const char *gae_in[3] = {"reward_b", "done", "next_value"};
   if ((st = link_all(t->gae, gae_in, 3, t->prep)) || (st = lm_program_link(t->gae, "value", ro, "value"))) return st;

@@ -22,11 +22,24 @@ typedef enum lm_stepper { LM_STEPPER_DEVICE, LM_STEPPER_HOST } lm_stepper;
 
 typedef struct lm_rollout lm_rollout;
 
-/* The device stepper's step graph (scan it over "T"), and the policy declared in it. */
-lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, lm_policy *policy);
+/* 1 when an env truncates at most once in a rollout of `horizon` steps (its time limit is at
+ * least the horizon: the step counter restarts at 0 after a truncation). A rollout then keeps
+ * the final observation of each env's truncated episode, "trunc_obs" [N, obs] (zeros after a
+ * reset, a stale row where the env did not truncate in this rollout), not one per step: the
+ * bootstrap of a truncated episode, V(final obs), needs N policy forwards and not T N. */
+int lm_rollout_truncates_once(const lm_env_spec *env, int64_t horizon);
+/* The name of the trajectory's final observations: "trunc_obs" [N, obs] when
+ * lm_rollout_truncates_once, else "final_obs" [T, N, obs] (the observation each step reached,
+ * before an auto-reset). */
+const char *lm_rollout_final_obs_name(const lm_env_spec *env, int64_t horizon);
+
+/* The device stepper's step graph (scan it over "T" = horizon), and the policy declared in it. */
+lm_graph_t *lm_rollout_step_graph(const lm_env_spec *env, const lm_policy_config *cfg, int64_t horizon,
+                                  lm_policy *policy);
 
 /* Names of the trajectory buffers, each [T, N, ...]: "obs", "action", "logp", "value",
- * "reward", "terminated", "truncated", "final_obs". Episode statistics are per-env STATE:
+ * "reward", "terminated", "truncated", and the final observations (lm_rollout_final_obs_name:
+ * "trunc_obs" [N, obs] or "final_obs" [T, N, obs]). Episode statistics are per-env STATE:
  * "ep.ret", "ep.len" (running), "ep.sum_ret", "ep.sum_len", "ep.count" (finished since the
  * last lm_rollout_take_stats). Env state: "env.state", "env.t". Policy parameters: the
  * policy's names (link them to the trainer's). */
