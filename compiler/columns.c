@@ -18,7 +18,13 @@
  *   - it is serial with a constant extent of at most MAX_COLS, and holds statements without
  *     side effects followed by one lane loop without loops of its own, of at most MAX_BODY
  *     statements (a layer's output loop of a policy is no stack: unrolled, it only grows);
- *   - some padding (a load or select) in it has a condition that folds once c is a constant;
+ *   - some padding (a load or select) in it has a condition that folds once c is a constant,
+ *     or some access in it reads or writes rows of the columns, one row per lane (column c of
+ *     lane j at element c + E j from the first, an env's state or observation as [N, E]
+ *     rows): column-major, each column is a stride-E access the C compiler makes a gather or
+ *     a scatter per vector, unrolled into one lane loop the E columns are one interleaved
+ *     access it shuffles (CartPole's vec-env step of 4096 envs, a scan of one step that
+ *     copies the state in and out: 48 -> 40 us on one thread, clang 14, AVX-512);
  *   - its statements are plain arithmetic, loads and stores (no accumulators, no draws);
  *   - nothing it stores (local arrays, or plan buffers such as a per-step output) is loaded in
  *     it, its stores hold in the same lanes in every column, and they name a different element
@@ -38,7 +44,28 @@ static int plain(uint8_t op) {
          op != LM_S_WARP_MAX && op != LM_S_RAND;
 }
 
-/* Loop L's statements and those of its lane loop C: plain, with paddings that fold; what they
+/* 1 when s is a load or store of rows: element c + E j of lane j's column c, relative to
+ * column 0 of lane 0 (at: scratch, nv variables; at[L] and at[C] are left set). */
+static int rows(const lm_kernel *k, lm_exprs *x, const lm_stmt *s, int32_t L, int32_t C, int64_t E, lm_expr *at,
+                size_t nv) {
+  (void)k;
+  if ((s->op != LM_S_LOAD && s->op != LM_S_STORE) || !s->idx) return 0;
+  lm_expr first = 0;
+  for (int p = 0; p < 3; p++) { /* (0, 0), then column 1 of lane 0, then column 0 of lane 1 */
+    at[L] = lm_x_const(x, p == 1), at[C] = lm_x_const(x, p == 2);
+    lm_expr e = lm_x_subst(x, s->idx, at, (int)nv);
+    if (!e || x->failed) return 0;
+    if (p == 0) {
+      first = e;
+      continue;
+    }
+    lm_expr d = lm_x_simplify(x, lm_x_sub(x, e, first), NULL);
+    if (!d || x->failed || lm_x_node(x, d)->op != LM_X_CONST || lm_x_node(x, d)->v != (p == 1 ? 1 : E)) return 0;
+  }
+  return 1;
+}
+
+/* Loop L's statements and those of its lane loop C: plain, with paddings that fold or rows; what they
  * store (local arrays or plan buffers) is not loaded in L, at elements a constant apart from the
  * first store's at (0, 0) (proved over the symbols), all different. */
 static int qualifies(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int64_t E, int64_t lanes) {
@@ -50,6 +77,9 @@ static int qualifies(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int6
   size_t nseen = 0;
   int ok = at && seen && bc->n <= MAX_BODY && L < 64, folds = 0;
   if (ok) at[L] = lm_x_const(x, 0);
+  for (size_t i = 0; i < bc->n && ok && !folds; i++)
+    if (!bc->items[i].is_loop) folds = rows(k, x, &k->stmts[bc->items[i].id], L, C, E, at, nv);
+  if (ok) at[L] = lm_x_const(x, 0), at[C] = 0;
   for (int w = 0; w < 2 && ok; w++)
     for (size_t i = 0; i < bs[w]->n && ok; i++) {
       if (bs[w]->items[i].is_loop) continue;

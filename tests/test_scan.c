@@ -949,19 +949,49 @@ static void mini_block(mini *m, const lm_block *b) {
   }
 }
 
+/* A kernel of `par p < 1: for c < 3` (loops *P and *L) to be filled in. */
+static mini *mini_new(int32_t *P, int32_t *L) {
+  mini *m = calloc(1, sizeof *m);
+  cr_assert(m);
+  lm_exprs_init(&m->x);
+  *P = lm_kernel_add_loop(&m->k, -1, lm_x_const(&m->x, 1), LM_L_PARALLEL);
+  m->k.npar = 1;
+  *L = lm_kernel_add_loop(&m->k, *P, lm_x_const(&m->x, 3), LM_L_SERIAL);
+  return m;
+}
+
+/* Runs m's kernel on a[i] = i * scale + shift (array 0) and d = -1 (array 1) into before, then
+ * compiler/columns.c on it, then the result again into after; frees m. The pass's count. */
+static int mini_columns(mini *m, float scale, float shift, float *before, float *after) {
+  lm_kernel *k = &m->k;
+  int64_t n[2] = {64, 64};
+  k->locals = n, k->nlocals = 2;
+  for (int i = 0; i < 64; i++) m->arr[0][i] = (float)i * scale + shift, m->arr[1][i] = -1.0f;
+  float init[2][64];
+  memcpy(init, m->arr, sizeof init);
+  mini_block(m, &k->root);
+  memcpy(before, m->arr[1], sizeof m->arr[1]);
+  int r = lm_lanes_columns(k, &m->x);
+  memcpy(m->arr, init, sizeof init);
+  mini_block(m, &k->root);
+  memcpy(after, m->arr[1], sizeof m->arr[1]);
+  k->locals = NULL, k->nlocals = 0;
+  lm_kernel_free(k);
+  lm_exprs_free(&m->x);
+  free(m);
+  return r;
+}
+
 enum { MC_STACK, MC_STORE_BEFORE, MC_LOADS_STORED, MC_SAME_ELEMENT, MC_VALID_ON_COLUMN };
 
 /* par p < 1: for c < 3: lanes j < 4: d[4c + j] = (c < 1 ? a[j] : 0) + (0 < c ? a[4 + j] * 2 : 0)
  * (a stack of two columns over three), or a variant the pass must leave alone. */
 static int mini_case(int kind, float *before, float *after) {
-  mini *m = calloc(1, sizeof *m);
+  int32_t P, L;
+  mini *m = mini_new(&P, &L);
   lm_exprs *x = &m->x;
   lm_kernel *k = &m->k;
-  lm_exprs_init(x);
   lm_expr one = lm_x_const(x, 1);
-  int32_t P = lm_kernel_add_loop(k, -1, one, LM_L_PARALLEL);
-  k->npar = 1;
-  int32_t L = lm_kernel_add_loop(k, P, lm_x_const(x, 3), LM_L_SERIAL);
   lm_expr c = lm_x_var(x, L), ccol = lm_x_lt(x, c, one), after0 = lm_x_lt(x, lm_x_const(x, 0), c);
   uint32_t two = lm_kernel_add_stmt(k, &(lm_stmt){.op = LM_S_CONST, .loop = P, .f = 2.0f}, L);
   if (kind == MC_STORE_BEFORE)
@@ -980,22 +1010,36 @@ static int mini_case(int kind, float *before, float *after) {
   lm_expr valid = kind == MC_VALID_ON_COLUMN ? lm_x_lt(x, c, lm_x_const(x, 2)) : one;
   lm_kernel_add_stmt(k, &(lm_stmt){.op = LM_S_STORE, .loop = C, .local = 1, .buf = 1, .a = sum, .idx = at, .valid = valid}, -1);
   cr_assert(!x->failed && k->nstmts < 256);
-  int64_t n[2] = {64, 64};
-  k->locals = n, k->nlocals = 2;
-  for (int i = 0; i < 64; i++) m->arr[0][i] = (float)i - 7.5f, m->arr[1][i] = -1.0f;
-  float init[2][64];
-  memcpy(init, m->arr, sizeof init);
-  mini_block(m, &k->root);
-  memcpy(before, m->arr[1], sizeof m->arr[1]);
-  int r = lm_lanes_columns(k, x);
-  memcpy(m->arr, init, sizeof init);
-  mini_block(m, &k->root);
-  memcpy(after, m->arr[1], sizeof m->arr[1]);
-  k->locals = NULL, k->nlocals = 0;
-  lm_kernel_free(k);
-  lm_exprs_free(x);
-  free(m);
-  return r;
+  return mini_columns(m, 1.0f, -7.5f, before, after);
+}
+
+/* par p < 1: for c < 3: lanes j < 4: d[4c + j] = a[3j + c] (rows: an env's [N, 3] state copied
+ * into lane form), or = a[4c + j] (columns already contiguous per lane: nothing to gain). */
+static int copy_case(int rows, float *before, float *after) {
+  int32_t P, L;
+  mini *m = mini_new(&P, &L);
+  lm_exprs *x = &m->x;
+  lm_kernel *k = &m->k;
+  lm_expr one = lm_x_const(x, 1);
+  int32_t C = lm_kernel_add_loop(k, L, lm_x_const(x, 4), LM_L_LANES);
+  lm_expr c = lm_x_var(x, L), j = lm_x_var(x, C);
+  lm_expr src = rows ? lm_x_add(x, lm_x_mul(x, j, lm_x_const(x, 3)), c) : lm_x_add(x, lm_x_mul(x, c, lm_x_const(x, 4)), j);
+  uint32_t v = lm_kernel_add_stmt(k, &(lm_stmt){.op = LM_S_LOAD, .loop = C, .local = 1, .idx = src, .valid = one}, -1);
+  lm_kernel_add_stmt(k,
+                     &(lm_stmt){.op = LM_S_STORE, .loop = C, .local = 1, .buf = 1, .a = v,
+                                .idx = lm_x_add(x, lm_x_mul(x, c, lm_x_const(x, 4)), j), .valid = one},
+                     -1);
+  cr_assert(!x->failed);
+  return mini_columns(m, 1.5f, 0.0f, before, after);
+}
+
+Test(columns, a_copy_of_rows_is_unrolled_into_its_lanes_and_a_copy_of_columns_is_not) {
+  float before[64], after[64];
+  cr_assert_eq(copy_case(1, before, after), 1, "rows: not unrolled");
+  expect_bits("columns: rows", after, before, 64);
+  cr_assert_eq(before[4 * 2 + 1], (3 * 1 + 2) * 1.5f); /* column 2 of lane 1 */
+  cr_assert_eq(copy_case(0, before, after), 0, "columns: unrolled");
+  expect_bits("columns: columns", after, before, 64);
 }
 
 Test(columns, a_stack_loop_is_unrolled_into_its_lanes_with_the_same_values) {
