@@ -355,3 +355,133 @@ int lm_lanes_split(lm_kernel *k, lm_exprs *x) {
   }
   return x->failed ? -1 : made;
 }
+
+/* ---------------------------------------------------------------- index values
+ *
+ * lm_arange (compiler/ops.c) is a sum of views, one per binary digit: entry i reads 2^k where
+ * bit k of i is set. In a kernel each entry is a chain of log2(n) picks of constants added up,
+ * `(0 < c / 2^k % 2) ? 2^k : 0 + ...`, recomputed for every point of the loop it is read in:
+ * Breakout's step compares a cell index with each of its 108 columns, in three passes, every
+ * step. Where a sum of constants and picks of them (valid ? v : 0) equals an index expression e
+ * at every point of the one constant loop its picks test (checked point by point, with every
+ * partial sum a whole number below 2^24 and no -0, so the float sum is exact and equals e), it
+ * becomes LM_S_INDEX, the float of e: the same value. Candidates for e: the number whose digit
+ * a pick tests (`0 < e / 2^k % 2`, `0 < e % 2`), and the line through the first two points.
+ * Not a rewrite rule: the search does not see a fused scan's lane kernel (as for the split). */
+enum { INDEX_MAX_POINTS = 1 << 16, INDEX_MAX_NODES = 256, INDEX_MAX_CANDIDATES = 8 };
+#define INDEX_EXACT 16777216.0 /* 2^24: whole numbers below it are floats, their sums exact */
+
+/* 1 when statement v is a sum of constants and picks of such sums; the loop variables the picks
+ * test in *vars, the picks counted in *picks, the statements visited in *nodes (bounded). */
+static int index_chain(const lm_kernel *k, const lm_exprs *x, uint32_t v, uint64_t *vars, int *picks, int *nodes) {
+  if (v >= k->nstmts || ++*nodes > INDEX_MAX_NODES) return 0;
+  const lm_stmt *s = &k->stmts[v];
+  switch (s->op) {
+  case LM_S_CONST: return 1;
+  case LM_S_INDEX: /* an earlier part of the chain, made an index: counts as its two picks */
+    *vars |= lm_x_vars_used(x, s->idx);
+    *picks += 2;
+    return !lm_x_syms_used(x, s->idx);
+  case LM_S_SELECT:
+    if (s->valid) {
+      if (lm_x_syms_used(x, s->valid)) return 0;
+      *vars |= lm_x_vars_used(x, s->valid);
+    }
+    ++*picks;
+    return index_chain(k, x, s->a, vars, picks, nodes);
+  case LM_S_ADD: return index_chain(k, x, s->a, vars, picks, nodes) && index_chain(k, x, s->b, vars, picks, nodes);
+  default: return 0;
+  }
+}
+
+/* A float value is exact here: a whole number below 2^24, and not -0. */
+static double exact_or_nan(double v) { return v == floor(v) && fabs(v) < INDEX_EXACT && !(v == 0 && signbit(v)) ? v : NAN; }
+
+/* The chain's value at the point vars, NAN where it is not exact. */
+static double index_value(const lm_kernel *k, const lm_exprs *x, uint32_t v, const int64_t *vars) {
+  const lm_stmt *s = &k->stmts[v];
+  switch (s->op) {
+  case LM_S_CONST: return exact_or_nan(s->f);
+  case LM_S_INDEX: return exact_or_nan((double)lm_x_eval(x, s->idx, vars, NULL));
+  case LM_S_SELECT: return !s->valid || lm_x_eval(x, s->valid, vars, NULL) ? index_value(k, x, s->a, vars) : 0.0;
+  default: return exact_or_nan(index_value(k, x, s->a, vars) + index_value(k, x, s->b, vars));
+  }
+}
+
+/* Adds e to cand (n of them) unless it is there or cand is full. */
+static void add_candidate(lm_expr *cand, int *n, lm_expr e) {
+  for (int i = 0; i < *n; i++)
+    if (cand[i] == e) return;
+  if (e && *n < INDEX_MAX_CANDIDATES) cand[(*n)++] = e;
+}
+
+/* The numbers the chain's picks test a digit of: `0 < e / d % 2` or `0 < e % 2` gives e. */
+static void digit_candidates(const lm_kernel *k, const lm_exprs *x, uint32_t v, lm_expr *cand, int *n, int depth) {
+  const lm_stmt *s = &k->stmts[v];
+  if (depth > 64) return;
+  if (s->op == LM_S_ADD) {
+    digit_candidates(k, x, s->a, cand, n, depth + 1);
+    digit_candidates(k, x, s->b, cand, n, depth + 1);
+  } else if (s->op == LM_S_SELECT && s->valid) {
+    const lm_xnode *lt = lm_x_node(x, s->valid);
+    if (lt->op != LM_X_LT || !lm_x_is_const(x, lt->a, 0)) return;
+    const lm_xnode *mod = lm_x_node(x, lt->b);
+    if (mod->op != LM_X_MOD || !lm_x_is_const(x, mod->b, 2)) return;
+    const lm_xnode *div = lm_x_node(x, mod->a);
+    add_candidate(cand, n, div->op == LM_X_DIV && lm_x_node(x, div->b)->op == LM_X_CONST ? div->a : mod->a);
+  }
+}
+
+/* Statement v as LM_S_INDEX when it is such a chain with at least two picks: 1 when it was. */
+static int index_stmt(lm_kernel *k, lm_exprs *x, uint32_t v, int64_t *vars) {
+  uint64_t used = 0;
+  int picks = 0, nodes = 0;
+  if (k->stmts[v].op != LM_S_ADD || !index_chain(k, x, v, &used, &picks, &nodes) || picks < 2) return 0;
+  if (!used || (used & (used - 1))) return 0; /* one loop variable */
+  int var = 0;
+  while (!(used >> var & 1)) var++;
+  if ((size_t)var >= k->nloops) return 0;
+  const lm_xnode *ext = lm_x_node(x, k->loops[var].extent);
+  if (ext->op != LM_X_CONST || ext->v < 2 || ext->v > INDEX_MAX_POINTS) return 0;
+  lm_expr cand[INDEX_MAX_CANDIDATES];
+  int n = 0;
+  digit_candidates(k, x, v, cand, &n, 0);
+  vars[var] = 0;
+  double f0 = index_value(k, x, v, vars);
+  vars[var] = 1;
+  double f1 = index_value(k, x, v, vars);
+  if (!isnan(f0) && !isnan(f1)) /* the line through the first two points */
+    add_candidate(cand, &n,
+                  lm_x_simplify(x,
+                                lm_x_add(x, lm_x_mul(x, lm_x_var(x, var), lm_x_const(x, (int64_t)(f1 - f0))),
+                                         lm_x_const(x, (int64_t)f0)),
+                                NULL));
+  if (x->failed) return -1;
+  for (int c = 0; c < n; c++) {
+    if (lm_x_syms_used(x, cand[c]) || (lm_x_vars_used(x, cand[c]) & ~used)) continue;
+    int same = 1;
+    for (int64_t i = 0; i < ext->v && same; i++) {
+      vars[var] = i;
+      double want = index_value(k, x, v, vars);
+      same = !isnan(want) && (double)lm_x_eval(x, cand[c], vars, NULL) == want;
+    }
+    vars[var] = 0;
+    if (!same) continue;
+    lm_stmt *s = &k->stmts[v];
+    *s = (lm_stmt){.op = LM_S_INDEX, .loop = s->loop, .idx = cand[c]};
+    return 1;
+  }
+  return 0;
+}
+
+int lm_lanes_index(lm_kernel *k, lm_exprs *x) {
+  int64_t *vars = lm_calloc(k->nloops + 1, sizeof *vars);
+  if (!vars) return -1;
+  int made = 0;
+  for (uint32_t v = 0; v < k->nstmts && made >= 0; v++) {
+    int r = index_stmt(k, x, v, vars);
+    made = r < 0 ? -1 : made + r;
+  }
+  lm_free(vars);
+  return made < 0 || x->failed ? -1 : made;
+}

@@ -78,6 +78,7 @@ static int run_inplace(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_inplace
 static int run_split(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_split); }
 static int run_columns(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_columns); }
 static int run_lazy(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_lazy); }
+static int run_index(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_index); }
 static int run_gpu(pass_ctx *c) { return lm_schedule_gpu(c->plan, c->opts->gpu); }
 
 enum { FRONT, PLAN, SCAN, DEVICE }; /* where lm_compile_ex runs a row */
@@ -135,6 +136,9 @@ static const pass passes[] = {
     {{"lazy", "c", "a kernel in lane form", "LUMEN_NO_LAZY",
       "values used only under a per-lane flag (auto-reset draws) computed for flagged lanes only (lazy.c)"},
      SCAN, when_lanes, run_lazy},
+    {{"index", "c", "a kernel in lane form", "LUMEN_NO_INDEX",
+      "sums of picked constants equal to an index at every point (an arange's digits) as that index's value (columns.c)"},
+     SCAN, when_lanes, run_index},
     {{"gpu-workgroups", "cuda opencl", "a GPU backend (its shared memory, its warp)", "LUMEN_GPU_SCHEDULE=0",
       "matmuls tiled through shared memory, reductions as trees, weights staged (gpu.c)"},
      DEVICE, when_gpu, run_gpu},

@@ -35,6 +35,8 @@ typedef enum lm_sop {
   LM_S_WARP_SUM, /* the sum of a over the 32 threads of the calling warp, halving by shuffles
                   * (16, 8, 4, 2, 1 lanes apart), valid in the warp's first thread (CUDA only) */
   LM_S_WARP_MAX, /* the same with fmax */
+  LM_S_INDEX,    /* (float)idx: an index expression's value as a float, exact below 2^24 (compiler/columns.c:
+                  * a chain of picks that sums to it, lm_arange's binary digits) */
   LM_S_COUNT
 } lm_sop;
 
@@ -173,6 +175,10 @@ int lm_lanes_columns(lm_kernel *k, lm_exprs *x);
 /* Long column loops split where their tests of the column change (compiler/columns.c):
  * how many were split, -1 out of memory. */
 int lm_lanes_split(lm_kernel *k, lm_exprs *x);
+/* Sums of picked constants that equal an index expression at every point of their loop (an
+ * lm_arange's binary digits) replaced by one LM_S_INDEX (compiler/columns.c); the same values.
+ * Returns how many, -1 when memory ran out. */
+int lm_lanes_index(lm_kernel *k, lm_exprs *x);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the

@@ -660,7 +660,7 @@ done:
 
 static const char *const sop_names[LM_S_COUNT] = {
     "const", "load", "rand", "log2", "exp2", "sin",  "sqrt",    "recip",   "add",
-    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store", "barrier", "warp_sum", "warp_max",
+    "mul",   "mod",  "lt",   "max",    "select", "acc", "acc_sum", "acc_max", "store", "barrier", "warp_sum", "warp_max", "index",
 };
 _Static_assert(sizeof sop_names / sizeof sop_names[0] == LM_S_COUNT, "sop_names covers every statement op");
 
@@ -684,6 +684,11 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
     switch (s->op) {
     case LM_S_CONST:
     case LM_S_ACC: lm_sb_printf(sb, " %g", (double)s->f); break;
+    case LM_S_INDEX:
+      lm_sb_puts(sb, " [");
+      lm_x_print(x, s->idx, sb, "i");
+      lm_sb_puts(sb, "]");
+      break;
     case LM_S_LOAD:
     case LM_S_STORE:
     case LM_S_RAND:

@@ -439,7 +439,8 @@ static void check_stmts(rk *r) {
     else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE) && !s->local &&
              (s->buf >= r->p->nbufs || !buf_in_kernel(k, s->buf)))
       fail(r, "statement %zu: buffer %u is not among the kernel's buffers", i, s->buf);
-    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE || s->op == LM_S_RAND) && (!s->idx || s->idx >= r->x->n))
+    else if ((s->op == LM_S_LOAD || s->op == LM_S_STORE || s->op == LM_S_RAND || s->op == LM_S_INDEX) &&
+             (!s->idx || s->idx >= r->x->n))
       fail(r, "statement %zu: missing index expression", i);
     else if (s->valid >= r->x->n) fail(r, "statement %zu: bad validity expression", i);
   }
@@ -590,6 +591,9 @@ int lm_vector_loop_check(lm_exprs *x, const lm_kernel *k, int32_t l, uint8_t *va
       break;
     case LM_S_RAND:
       if (!lm_x_step(x, s->idx, l, (int)k->nloops, &d) || d) NO("vec loop %d: draw %u differs by lane", l, id);
+      break;
+    case LM_S_INDEX:
+      if (!lm_x_step(x, s->idx, l, (int)k->nloops, &d) || d) NO("vec loop %d: index value %u differs by lane", l, id);
       break;
     case LM_S_ACC_SUM:
     case LM_S_ACC_MAX:
@@ -813,6 +817,11 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
   const lm_dialect_info *d = r->d;
   switch (s->op) {
   case LM_S_CONST: print_float(r, sb, s->f, need > PREC_TERNARY); return;
+  case LM_S_INDEX:
+    lm_sb_puts(sb, "((float)(");
+    print_x(r, sb, s->idx, 0, 0);
+    lm_sb_puts(sb, "))");
+    return;
   case LM_S_LOAD:
   case LM_S_SELECT:
     if (trivially_valid(r, s->valid)) {

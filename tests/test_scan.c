@@ -908,6 +908,63 @@ Test(lazy, a_stacked_state_is_unrolled_into_its_lanes_and_its_resets_still_drawn
   stack_case(STACK_MAX);
 }
 
+/* compiler/columns.c's index values: each env reads and bumps the cell of a 12-column row that
+ * its first column names, through a one-hot mask against lm_arange (MinAtar's grids read cells
+ * so). In the lane kernel the arange's digit picks become index values; the outputs keep the
+ * reference interpreter's bits. */
+enum { CELL_COLS = 12 };
+
+static lm_graph_t *cell_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, CELL_COLS});
+  lm_tensor cols = lm_reshape(lm_arange(g, CELL_COLS), 2, (lm_dim[]){1, CELL_COLS});
+  lm_tensor mask = lm_eq(lm_unsqueeze(lm_env_col(h, 0), 1), cols);
+  OK(lm_output(lm_sum(lm_mul(h, mask), 1, 0), "y"));
+  OK(lm_assign(h, lm_add(h, lm_mul_scalar(mask, 0.75f))));
+  return g;
+}
+
+/* y [T, N] on backend, or on cpu with its kernels' index values counted into *index */
+static float *cell_scan(const char *backend, int *index) {
+  lm_graph_t *g = cell_graph();
+  char dir[] = "/tmp/lumen-cell-XXXXXX";
+  lm_backend_t *b = NULL;
+  lm_program_t *p;
+  if (index) {
+    cr_assert(mkdtemp(dir));
+    p = check_cpu_scan(g, dir, 1, &b);
+  } else {
+    b = open_backend(backend);
+    p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+    cr_assert(p, "%s", lm_last_error());
+  }
+  OK(lm_program_bind(p, "N", LZ_N));
+  OK(lm_program_bind(p, "T", LZ_T));
+  float h[LZ_N * CELL_COLS];
+  for (int i = 0; i < LZ_N * CELL_COLS; i++) /* column 0 names a cell 1 .. 11 (or none: 12, -3) */
+    h[i] = i % CELL_COLS ? (float)((i * 7) % 13) * 0.25f - 1.0f : (float)(i / CELL_COLS % 14 == 13 ? -3 : 1 + i / CELL_COLS % 12);
+  put(p, "h", h, (size_t)LZ_N * CELL_COLS);
+  OK(lm_program_run(p));
+  float *y = get(p, "y", (size_t)LZ_T * LZ_N);
+  if (index) *index = check_dump_lines(dir, "= index \\[");
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return y;
+}
+
+Test(columns, an_aranges_digits_become_an_index_value_with_the_references_bits) {
+  int index = 0;
+  float *cpu = cell_scan("cpu", &index), *ref = cell_scan("ref", NULL);
+  cr_assert_gt(index, 0, "no index value in the lane kernel");
+  expect_bits("cell reads", cpu, ref, (size_t)LZ_T * LZ_N);
+  cr_assert_eq(ref[0], (float)((1 * 7) % 13) * 0.25f - 1.0f); /* env 0 reads cell 1 */
+  cr_assert_eq(ref[LZ_N], ref[0] + 0.75f);                     /* and bumped it */
+  free(cpu);
+  free(ref);
+}
+
 /* ================================================================ compiler/columns.c on hand-built kernels */
 
 /* A small interpreter of the statements these kernels use (local arrays 0 and 1). */
