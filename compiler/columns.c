@@ -371,25 +371,36 @@ int lm_lanes_split(lm_kernel *k, lm_exprs *x) {
 enum { INDEX_MAX_POINTS = 1 << 16, INDEX_MAX_NODES = 256, INDEX_MAX_CANDIDATES = 8 };
 #define INDEX_EXACT 16777216.0 /* 2^24: whole numbers below it are floats, their sums exact */
 
-/* 1 when statement v is a sum of constants and picks of such sums; the loop variables the picks
- * test in *vars, the picks counted in *picks, the statements visited in *nodes (bounded). */
-static int index_chain(const lm_kernel *k, const lm_exprs *x, uint32_t v, uint64_t *vars, int *picks, int *nodes) {
+/* Records in *var the one loop variable e names (-1: none yet); 0 when e names a symbol or a
+ * second variable. */
+static int one_var(const lm_exprs *x, lm_expr e, int32_t *var) {
+  const lm_xnode *n = lm_x_node(x, e);
+  switch (n->op) {
+  case LM_X_CONST: return 1;
+  case LM_X_SYM: return 0;
+  case LM_X_VAR:
+    if (*var >= 0 && *var != (int32_t)n->v) return 0;
+    *var = (int32_t)n->v;
+    return 1;
+  default: return one_var(x, n->a, var) && (!n->b || one_var(x, n->b, var));
+  }
+}
+
+/* 1 when statement v is a sum of constants and picks of such sums whose tests name one loop
+ * variable at most (*var, -1 none); the picks counted in *picks, the statements visited in
+ * *nodes (bounded). */
+static int index_chain(const lm_kernel *k, const lm_exprs *x, uint32_t v, int32_t *var, int *picks, int *nodes) {
   if (v >= k->nstmts || ++*nodes > INDEX_MAX_NODES) return 0;
   const lm_stmt *s = &k->stmts[v];
   switch (s->op) {
   case LM_S_CONST: return 1;
   case LM_S_INDEX: /* an earlier part of the chain, made an index: counts as its two picks */
-    *vars |= lm_x_vars_used(x, s->idx);
     *picks += 2;
-    return !lm_x_syms_used(x, s->idx);
+    return one_var(x, s->idx, var);
   case LM_S_SELECT:
-    if (s->valid) {
-      if (lm_x_syms_used(x, s->valid)) return 0;
-      *vars |= lm_x_vars_used(x, s->valid);
-    }
     ++*picks;
-    return index_chain(k, x, s->a, vars, picks, nodes);
-  case LM_S_ADD: return index_chain(k, x, s->a, vars, picks, nodes) && index_chain(k, x, s->b, vars, picks, nodes);
+    return (!s->valid || one_var(x, s->valid, var)) && index_chain(k, x, s->a, var, picks, nodes);
+  case LM_S_ADD: return index_chain(k, x, s->a, var, picks, nodes) && index_chain(k, x, s->b, var, picks, nodes);
   default: return 0;
   }
 }
@@ -434,13 +445,10 @@ static void digit_candidates(const lm_kernel *k, const lm_exprs *x, uint32_t v, 
 
 /* Statement v as LM_S_INDEX when it is such a chain with at least two picks: 1 when it was. */
 static int index_stmt(lm_kernel *k, lm_exprs *x, uint32_t v, int64_t *vars) {
-  uint64_t used = 0;
+  int32_t var = -1;
   int picks = 0, nodes = 0;
-  if (k->stmts[v].op != LM_S_ADD || !index_chain(k, x, v, &used, &picks, &nodes) || picks < 2) return 0;
-  if (!used || (used & (used - 1))) return 0; /* one loop variable */
-  int var = 0;
-  while (!(used >> var & 1)) var++;
-  if ((size_t)var >= k->nloops) return 0;
+  if (k->stmts[v].op != LM_S_ADD || !index_chain(k, x, v, &var, &picks, &nodes) || picks < 2) return 0;
+  if (var < 0 || (size_t)var >= k->nloops) return 0;
   const lm_xnode *ext = lm_x_node(x, k->loops[var].extent);
   if (ext->op != LM_X_CONST || ext->v < 2 || ext->v > INDEX_MAX_POINTS) return 0;
   lm_expr cand[INDEX_MAX_CANDIDATES];
@@ -458,7 +466,8 @@ static int index_stmt(lm_kernel *k, lm_exprs *x, uint32_t v, int64_t *vars) {
                                 NULL));
   if (x->failed) return -1;
   for (int c = 0; c < n; c++) {
-    if (lm_x_syms_used(x, cand[c]) || (lm_x_vars_used(x, cand[c]) & ~used)) continue;
+    int32_t cv = var;
+    if (!one_var(x, cand[c], &cv)) continue;
     int same = 1;
     for (int64_t i = 0; i < ext->v && same; i++) {
       vars[var] = i;
