@@ -46,9 +46,7 @@ static int plain(uint8_t op) {
 
 /* 1 when s is a load or store of rows: element c + E j of lane j's column c, relative to
  * column 0 of lane 0 (at: scratch, nv variables; at[L] and at[C] are left set). */
-static int rows(const lm_kernel *k, lm_exprs *x, const lm_stmt *s, int32_t L, int32_t C, int64_t E, lm_expr *at,
-                size_t nv) {
-  (void)k;
+static int rows(lm_exprs *x, const lm_stmt *s, int32_t L, int32_t C, int64_t E, lm_expr *at, size_t nv) {
   if ((s->op != LM_S_LOAD && s->op != LM_S_STORE) || !s->idx) return 0;
   lm_expr first = 0;
   for (int p = 0; p < 3; p++) { /* (0, 0), then column 1 of lane 0, then column 0 of lane 1 */
@@ -78,7 +76,7 @@ static int qualifies(const lm_kernel *k, lm_exprs *x, int32_t L, int32_t C, int6
   int ok = at && seen && bc->n <= MAX_BODY && L < 64, folds = 0;
   if (ok) at[L] = lm_x_const(x, 0);
   for (size_t i = 0; i < bc->n && ok && !folds; i++)
-    if (!bc->items[i].is_loop) folds = rows(k, x, &k->stmts[bc->items[i].id], L, C, E, at, nv);
+    if (!bc->items[i].is_loop) folds = rows(x, &k->stmts[bc->items[i].id], L, C, E, at, nv);
   if (ok) at[L] = lm_x_const(x, 0), at[C] = 0;
   for (int w = 0; w < 2 && ok; w++)
     for (size_t i = 0; i < bs[w]->n && ok; i++) {
@@ -465,22 +463,24 @@ static int index_stmt(lm_kernel *k, lm_exprs *x, uint32_t v, int64_t *vars) {
                                          lm_x_const(x, (int64_t)f0)),
                                 NULL));
   if (x->failed) return -1;
+  unsigned alive = 0; /* the candidates that agree with the chain so far, a bit each */
   for (int c = 0; c < n; c++) {
     int32_t cv = var;
-    if (!one_var(x, cand[c], &cv)) continue;
-    int same = 1;
-    for (int64_t i = 0; i < ext->v && same; i++) {
-      vars[var] = i;
-      double want = index_value(k, x, v, vars);
-      same = !isnan(want) && (double)lm_x_eval(x, cand[c], vars, NULL) == want;
-    }
-    vars[var] = 0;
-    if (!same) continue;
-    lm_stmt *s = &k->stmts[v];
-    *s = (lm_stmt){.op = LM_S_INDEX, .loop = s->loop, .idx = cand[c]};
-    return 1;
+    if (one_var(x, cand[c], &cv)) alive |= 1u << c;
   }
-  return 0;
+  for (int64_t i = 0; i < ext->v && alive; i++) { /* the chain evaluated once per point */
+    vars[var] = i;
+    double want = index_value(k, x, v, vars);
+    for (int c = 0; c < n; c++)
+      if (alive >> c & 1 && (isnan(want) || (double)lm_x_eval(x, cand[c], vars, NULL) != want)) alive &= ~(1u << c);
+  }
+  vars[var] = 0;
+  if (!alive) return 0;
+  int c = 0;
+  while (!(alive >> c & 1)) c++;
+  lm_stmt *s = &k->stmts[v];
+  *s = (lm_stmt){.op = LM_S_INDEX, .loop = s->loop, .idx = cand[c]};
+  return 1;
 }
 
 int lm_lanes_index(lm_kernel *k, lm_exprs *x) {

@@ -836,20 +836,25 @@ static lm_graph_t *stack_graph(int cols) {
   return g;
 }
 
+/* g as a scan over T: on backend, or (dump not NULL: a mkdtemp template) on cpu with its kernels
+ * dumped there, lazy draws or not (check_cpu_scan). */
+static lm_program_t *open_scan(lm_graph_t *g, const char *backend, char *dump, int lazy, lm_backend_t **b) {
+  if (dump) {
+    cr_assert(mkdtemp(dump));
+    return check_cpu_scan(g, dump, lazy, b);
+  }
+  *b = open_backend(backend);
+  lm_program_t *p = lm_program_new_scan(*b, g, "T", 0, NULL, 0);
+  cr_assert(p, "%s", lm_last_error());
+  return p;
+}
+
 /* y [T, N, cols] of the scan on backend (cpu: lazy or not, facts of its kernel in *facts). */
 static float *stack_scan(int cols, const char *backend, int lazy, ir_facts *facts) {
   lm_graph_t *g = stack_graph(cols);
   char dir[] = "/tmp/lumen-stack-XXXXXX";
   lm_backend_t *b = NULL;
-  lm_program_t *p;
-  if (facts) {
-    cr_assert(mkdtemp(dir));
-    p = check_cpu_scan(g, dir, lazy, &b);
-  } else {
-    b = open_backend(backend);
-    p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
-    cr_assert(p, "%s", lm_last_error());
-  }
+  lm_program_t *p = open_scan(g, backend, facts ? dir : NULL, lazy, &b);
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T * 4));
   float h[LZ_N * STACK_MAX];
@@ -930,15 +935,7 @@ static float *cell_scan(const char *backend, int *index) {
   lm_graph_t *g = cell_graph();
   char dir[] = "/tmp/lumen-cell-XXXXXX";
   lm_backend_t *b = NULL;
-  lm_program_t *p;
-  if (index) {
-    cr_assert(mkdtemp(dir));
-    p = check_cpu_scan(g, dir, 1, &b);
-  } else {
-    b = open_backend(backend);
-    p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
-    cr_assert(p, "%s", lm_last_error());
-  }
+  lm_program_t *p = open_scan(g, backend, index ? dir : NULL, 1, &b);
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T));
   float h[LZ_N * CELL_COLS];
