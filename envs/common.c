@@ -30,13 +30,17 @@ lm_tensor lm_env_stack(const lm_tensor *cols, int n) {
   return acc;
 }
 
-/* c*a + 0 is +0 wherever c is 0, whatever finite value a has (c*a alone is -0 for a < 0): so a
- * kernel may leave a uncomputed where c is 0 and give the same bits (compiler/lazy.c: the
- * auto-reset's fresh state is drawn only for the envs whose episode ended). */
+/* f*a + 0 is +0 wherever f is 0, whatever finite value a has (f*a alone is -0 for a < 0): so a
+ * kernel may leave a uncomputed where f is 0 and give the same bits (compiler/lazy.c: the
+ * auto-reset's fresh state is drawn only for the envs whose episode ended). The flag f is
+ * 0.5 < c, which is c itself for c in {0, 1} and a comparison's 0 or 1 by construction: a
+ * kernel whose graph promises finite values (lm_graph_promise_finite) can then print the whole
+ * form as a select (compiler/render.c), where c read from a state would prove nothing. */
 lm_tensor lm_env_select(lm_tensor c, lm_tensor a, lm_tensor b) {
   if (!lm_tensor_ok(c)) return invalid;
-  lm_tensor notc = lm_add(lm_neg(c), lm_const(c.g, 1.0f));
-  return lm_add(lm_add(lm_mul(c, a), lm_const(c.g, 0.0f)), lm_mul(notc, b));
+  lm_tensor f = lm_lt(lm_const(c.g, 0.5f), c);
+  lm_tensor notf = lm_add(lm_neg(f), lm_const(c.g, 1.0f));
+  return lm_add(lm_add(lm_mul(f, a), lm_const(c.g, 0.0f)), lm_mul(notf, b));
 }
 
 lm_tensor lm_env_reset_uniform(lm_graph_t *g, lm_dim n_envs, int size, const float *low, const float *high) {

@@ -110,8 +110,10 @@ typedef struct lm_env_spec {
 lm_tensor lm_env_col(lm_tensor x, int k);
 /* n tensors [N] side by side as [N, n]. */
 lm_tensor lm_env_stack(const lm_tensor *cols, int n);
-/* c ? a : b for c in {0, 1} ((c*a + 0) + (1-c)*b: exact for finite a and b, up to the sign of
- * a zero; the + 0 lets a kernel skip computing a where c is 0). */
+/* c ? a : b for c in {0, 1}: with f = (0.5 < c), (f*a + 0) + (1-f)*b, exact for finite a and b
+ * up to the sign of a zero (the + 0 lets a kernel skip computing a where f is 0). Any other c
+ * picks a where c > 0.5 and b elsewhere (NaN included); a non-finite unpicked operand gives NaN
+ * unless the graph promises finite values (lm_graph_promise_finite). */
 lm_tensor lm_env_select(lm_tensor c, lm_tensor a, lm_tensor b);
 /* [N, size] with column k uniform in (low[k], high[k]] from stream LM_ENV_STREAM_RESET, element
  * env * size + k: low + (high - low) * u in float32, which lm_env_ref_reset_uniform reproduces
