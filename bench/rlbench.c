@@ -1024,6 +1024,7 @@ static int env_counts_check(const char *env, const char *variant, env_counts got
 static lm_graph_t *env_graph(const lm_env_spec *e) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  if (e->finite) lm_graph_promise_finite(g);
   lm_dim N = lm_sym(g, "N");
   lm_vec_step vs;
   lm_status s = lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs);

@@ -219,6 +219,8 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
    * search's candidates were timed without, and jam's blocks are the same either way) */
   if (st == LM_OK && out->g->contract && !out->fused)
     for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].contract = 1;
+  if (st == LM_OK && out->g->finite) /* render.c may print its arithmetic selects as selects */
+    for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].finite = 1;
   if (st != LM_OK) lm_compiled_free(out);
   return st;
 }

@@ -81,6 +81,7 @@ struct lm_graph {
   lm_exprs x;
   uint32_t next_stream;
   uint8_t contract; /* lm_graph_set_contraction */
+  uint8_t finite;   /* lm_graph_promise_finite */
   lm_status err; /* first construction error, LM_OK if none */
   char *errmsg;
 };

@@ -55,6 +55,10 @@ void lm_graph_set_contraction(lm_graph_t *g, int on) {
   if (g) g->contract = on != 0;
 }
 
+void lm_graph_promise_finite(lm_graph_t *g) {
+  if (g) g->finite = 1;
+}
+
 void lm_graph_free(lm_graph_t *g) {
   if (!g) return;
   for (size_t i = 0; i < g->ninputs; i++) lm_free(g->inputs[i].name);

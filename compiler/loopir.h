@@ -110,6 +110,8 @@ typedef struct lm_kernel {
   uint8_t contract; /* C dialect: the compiler may fuse a*b + c into one FMA (rounds once, not
                      * twice as the reference does): the search's vector variant, gated with
                      * the tolerance of rules that change rounding */
+  uint8_t finite;   /* its graph promises finite values (lm_graph_promise_finite): arithmetic
+                     * selects print as selects (render.c) */
 } lm_kernel;
 
 typedef enum lm_bufkind {

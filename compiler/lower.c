@@ -726,6 +726,7 @@ void lm_plan_dump(const lm_plan *p, lm_sb *sb) {
     lm_sb_printf(sb, "kernel %s (npar %d", k->name, k->npar);
     if (k->group) lm_sb_printf(sb, ", work-groups of %d", k->group);
     if (k->contract) lm_sb_puts(sb, ", fma");
+    if (k->finite) lm_sb_puts(sb, ", finite");
     for (size_t l = 0; l < k->nlocals; l++)
       if (l < k->nshared && k->shared[l]) lm_sb_printf(sb, ", l%zu[%lld] shared", l, (long long)k->locals[l]);
     lm_sb_puts(sb, "):\n");

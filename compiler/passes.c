@@ -552,6 +552,7 @@ static lm_graph_t *sweep_once(const lm_graph_t *src, unsigned flags, lm_pass_sta
   g->nnodes = g->nviews = 1;
   g->next_stream = src->next_stream;
   g->contract = src->contract;
+  g->finite = src->finite;
   if (!LM_GROW(g->nodes, g->nodecap, src->nnodes) || !LM_GROW(g->views, g->viewcap, src->nviews) ||
       !LM_GROW(g->inputs, g->inputcap, src->ninputs + 1) || !LM_GROW(g->outputs, g->outputcap, src->noutputs + 1) ||
       !LM_GROW(g->assigns, g->assigncap, src->nassigns + 1) || !lm_exprs_copy(&g->x, &src->x))

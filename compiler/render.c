@@ -356,6 +356,9 @@ typedef struct rk {
   uint8_t *symuse;  /* per symbol */
   uint8_t *vary;    /* per statement: eight lanes of a vec loop (C dialect) */
   uint8_t *spec;    /* per statement: a guarded load read unconditionally (see choose_speculation) */
+  uint32_t *lfill;  /* finite kernels, per local array: the value its one live lane store writes,
+                     * else UINT32_MAX (fill_locals) */
+  int32_t *lloop;   /* and the loop of that store */
   /* C dialect: modulos by a symbolic divisor of an index that steps by the same amount each
    * iteration of an open loop, kept as a running remainder q<loop>_<n> (strength_reduce) */
   struct srmod {
@@ -798,6 +801,154 @@ static int eq_form(const rk *r, uint32_t id, uint32_t *a, uint32_t *b) {
   return n != UINT32_MAX && r->inl[n] && ne_form(r, n, a, b);
 }
 
+/* ---- a kernel that promises finite values: arithmetic selects printed as selects ----------
+ * lm_env_select(c, a, b) is f*a + 0 + (1-f)*b over the primitives (f = 0.5 < c), and
+ * lm_minimum / lm_maximum are the same form over a comparison. With f 0 or 1 and finite a and
+ * b that is f ? a : b, but for the sign of a zero; with an infinity or a NaN in the unpicked
+ * operand it is NaN. In a kernel whose graph promises finite values, zeros' signs unobserved
+ * (lm_graph_promise_finite), it prints as a select, a compare and a blend where the arithmetic
+ * is two multiplies, two adds and a subtract per element; and x * 0 prints as 0. f is proved 0
+ * or 1 from how it was made (comparisons, their products and complements, sums of flags that
+ * exclude each other), also through local arrays that one live store at a lane fills. This is
+ * printing, not a rewrite: the statements stay what the reference computes, other dialects and
+ * kernels without the promise print them as they are, and nothing here can be a rule because
+ * no rule may assume finite values (the search's rewrites hold for every input). */
+static uint32_t fin_strip(const lm_kernel *k, uint32_t id) { /* x + 0 is x when zeros' signs do not count */
+  for (int guard = 0; guard < 64; guard++) {
+    const lm_stmt *s = &k->stmts[id];
+    if (s->op != LM_S_ADD) break;
+    const lm_stmt *a = &k->stmts[s->a], *b = &k->stmts[s->b];
+    if (b->op == LM_S_CONST && b->f == 0.0f) id = s->a;
+    else if (a->op == LM_S_CONST && a->f == 0.0f) id = s->b;
+    else break;
+  }
+  return id;
+}
+
+/* Per local array, the value and the loop of its one live store at a lane (lfill, lloop), or
+ * UINT32_MAX when it has none or more; 0: out of memory. */
+static int fill_locals(rk *r) {
+  const lm_kernel *k = r->k;
+  uint32_t *count = lm_calloc(k->nlocals + 1, sizeof *count);
+  r->lfill = lm_calloc(k->nlocals + 1, sizeof *r->lfill);
+  r->lloop = lm_calloc(k->nlocals + 1, sizeof *r->lloop);
+  if (!count || !r->lfill || !r->lloop) return lm_free(count), 0;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *t = &k->stmts[i];
+    if (t->op != LM_S_STORE || !t->local || !r->live[i] || t->buf >= k->nlocals) continue;
+    r->lfill[t->buf] = t->a;
+    r->lloop[t->buf] = t->loop;
+    count[t->buf] += lm_x_node(r->x, t->idx)->op == LM_X_VAR ? 1 : 2;
+  }
+  for (size_t l = 0; l < k->nlocals; l++)
+    if (count[l] != 1) r->lfill[l] = UINT32_MAX;
+  lm_free(count);
+  return 1;
+}
+
+/* id with + 0s dropped and loads of filled local arrays replaced by the value stored (read
+ * outside the storing loop: the value of this step, or of the last, for every load at the same
+ * place). *via: the storing loop of the first such load (-2: none), so two values resolved from
+ * one place compare as the same only when they come from the same step. */
+static uint32_t fin_res(const rk *r, uint32_t id, int32_t *via) {
+  for (int guard = 0; guard < 16; guard++) {
+    id = fin_strip(r->k, id);
+    const lm_stmt *s = &r->k->stmts[id];
+    if (s->op != LM_S_LOAD || !s->local || s->buf >= r->k->nlocals || r->lfill[s->buf] == UINT32_MAX ||
+        lm_x_node(r->x, s->idx)->op != LM_X_VAR)
+      break;
+    int32_t at = r->lloop[s->buf], l = s->loop;
+    while (l >= 0 && l != at) l = r->k->loops[l].parent;
+    if (l == at && at >= 0) break; /* read inside the storing loop: before or after the store */
+    if (*via == -2) *via = at;
+    id = r->lfill[s->buf];
+  }
+  return id;
+}
+
+static int fin_const(const rk *r, uint32_t id, float f) {
+  int32_t via = -2;
+  const lm_stmt *s = &r->k->stmts[fin_res(r, id, &via)];
+  return s->op == LM_S_CONST && s->f == f;
+}
+
+/* id = 1 + -1 * c, in either order: *c resolved, *via as fin_res's */
+static int fin_not(const rk *r, uint32_t id, uint32_t *c, int32_t *via) {
+  const lm_stmt *s = &r->k->stmts[fin_res(r, id, via)];
+  if (s->op != LM_S_ADD) return 0;
+  uint32_t m = fin_const(r, s->a, 1.0f) ? s->b : fin_const(r, s->b, 1.0f) ? s->a : UINT32_MAX;
+  if (m == UINT32_MAX) return 0;
+  const lm_stmt *t = &r->k->stmts[fin_res(r, m, via)];
+  if (t->op != LM_S_MUL) return 0;
+  uint32_t n = fin_const(r, t->a, -1.0f) ? t->b : fin_const(r, t->b, -1.0f) ? t->a : UINT32_MAX;
+  if (n == UINT32_MAX) return 0;
+  *c = fin_res(r, n, via);
+  return 1;
+}
+
+/* f (resolved) is a product with the factor 1 - c, of c resolved through the same step (via) */
+static int fin_has_not(const rk *r, uint32_t f, uint32_t c, int32_t via, int depth) {
+  uint32_t n;
+  int32_t v = via;
+  if (fin_not(r, f, &n, &v) && n == c && v == via) return 1;
+  const lm_stmt *s = &r->k->stmts[f];
+  if (depth >= 8 || s->op != LM_S_MUL) return 0;
+  int32_t va = via, vb = via;
+  uint32_t a = fin_res(r, s->a, &va), b = fin_res(r, s->b, &vb);
+  return (va == via && fin_has_not(r, a, c, via, depth + 1)) || (vb == via && fin_has_not(r, b, c, via, depth + 1));
+}
+
+/* every value of id is 0 or 1 (zeros' signs unobserved) */
+static int fin_flag(const rk *r, uint32_t id, int depth) {
+  if (depth > 24) return 0;
+  int32_t via = -2;
+  id = fin_res(r, id, &via);
+  const lm_stmt *s = &r->k->stmts[id];
+  uint32_t c;
+  switch (s->op) {
+  case LM_S_LT: return 1;
+  case LM_S_CONST: return s->f == 0.0f || s->f == 1.0f;
+  case LM_S_MUL: return fin_flag(r, s->a, depth + 1) && fin_flag(r, s->b, depth + 1);
+  case LM_S_ADD: {
+    int32_t vn = via;
+    if (fin_not(r, id, &c, &vn)) return fin_flag(r, c, depth + 1);
+    int32_t va = via, vb = via;
+    uint32_t pa = fin_res(r, s->a, &va), qb = fin_res(r, s->b, &vb);
+    const lm_stmt *p = &r->k->stmts[pa], *q = &r->k->stmts[qb];
+    if (va != vb) return 0;
+    if (p->op == LM_S_LT && q->op == LM_S_LT && p->a == q->b && p->b == q->a) return 1; /* a != b */
+    return fin_flag(r, pa, depth + 1) && fin_flag(r, qb, depth + 1) &&
+           (fin_has_not(r, pa, qb, va, 0) || fin_has_not(r, qb, pa, va, 0)); /* p + q, p = x * (1 - q) */
+  }
+  default: return 0;
+  }
+}
+
+/* id = x * (1 - c) + y * c (either order, + 0s anywhere), c a flag of one step: *cv (c as read
+ * here), *x, *y */
+static int select_form(const rk *r, uint32_t id, uint32_t *cv, uint32_t *x, uint32_t *y) {
+  if (!r->k->finite || r->dia != LM_DIALECT_C) return 0;
+  const lm_stmt *s = &r->k->stmts[fin_strip(r->k, id)];
+  if (s->op != LM_S_ADD) return 0;
+  for (int side = 0; side < 2; side++) {
+    int32_t vk = -2, vt = -2;
+    const lm_stmt *keep = &r->k->stmts[fin_res(r, side ? s->b : s->a, &vk)];
+    const lm_stmt *take = &r->k->stmts[fin_res(r, side ? s->a : s->b, &vt)];
+    if (keep->op != LM_S_MUL || take->op != LM_S_MUL || vk != -2 || vt != -2) continue; /* printed here */
+    uint32_t c, n;
+    int32_t vc = vk;
+    if (fin_not(r, keep->b, &c, &vc)) *x = keep->a;
+    else if ((vc = vk, fin_not(r, keep->a, &c, &vc))) *x = keep->b;
+    else continue;
+    int32_t va = vt, vb = vt;
+    if ((n = fin_res(r, take->b, &vb)) == c && vb == vc) *cv = take->b, *y = take->a;
+    else if ((n = fin_res(r, take->a, &va)) == c && va == vc) *cv = take->a, *y = take->b;
+    else continue;
+    if (fin_flag(r, c, 0)) return 1;
+  }
+  return 0;
+}
+
 static void print_test(rk *r, lm_sb *sb, uint32_t a, uint32_t b, int eq, int need) {
   open_paren(sb, PREC_TERNARY, need);
   lm_sb_puts(sb, "(");
@@ -884,7 +1035,17 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
     close_paren(sb, PREC_MUL, need);
     return;
   case LM_S_ADD: {
-    uint32_t ta, tb;
+    uint32_t ta, tb, tc;
+    if (!r->vary[id] && select_form(r, id, &tc, &ta, &tb)) {
+      open_paren(sb, PREC_TERNARY, need);
+      print_value(r, sb, tc, PREC_ADD);
+      lm_sb_puts(sb, " != 0.0f ? ");
+      print_value(r, sb, tb, PREC_TERNARY + 1);
+      lm_sb_puts(sb, " : ");
+      print_value(r, sb, ta, PREC_TERNARY + 1);
+      close_paren(sb, PREC_TERNARY, need);
+      return;
+    }
     if (!r->vary[id] && eq_form(r, id, &ta, &tb)) return print_test(r, sb, ta, tb, 1, need);
     if (!r->vary[id] && ne_form(r, id, &ta, &tb)) return print_test(r, sb, ta, tb, 0, need);
     open_paren(sb, PREC_ADD, need);
@@ -895,6 +1056,12 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
     return;
   }
   case LM_S_MUL: {
+    if (!r->vary[id] && r->k->finite && r->dia == LM_DIALECT_C) {
+      if (fin_const(r, s->a, 0.0f) || fin_const(r, s->b, 0.0f)) { /* x * 0: finite x, zeros unsigned */
+        lm_sb_puts(sb, "0.0f");
+        return;
+      }
+    }
     open_paren(sb, PREC_MUL, need);
     /* (1/a) * b keeps its parentheses: / and * mixed read ambiguously */
     int left_recip = r->inl[s->a] && r->k->stmts[s->a].op == LM_S_RECIP;
@@ -1450,6 +1617,8 @@ static void rk_free(rk *r) {
   lm_free(r->symuse);
   lm_free(r->vary);
   lm_free(r->spec);
+  lm_free(r->lfill);
+  lm_free(r->lloop);
 }
 
 /* Appends kernel k to out. LM_OK, LM_ERR_NOMEM or LM_ERR_INVALID (with lm_fail's message). */
@@ -1512,6 +1681,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   if (!r.bad) liveness(&r);
   if (!r.bad) choose_inline(&r);
   if (!r.bad) choose_speculation(&r);
+  if (!r.bad && k->finite && dia == LM_DIALECT_C && !fill_locals(&r)) goto done;
 
   /* ---- body first: it tells which variables, symbols and buffers the head must bind */
   int base = r.flat || k->npar > 0 ? 1 : 2;

@@ -322,6 +322,7 @@ const lm_env_spec lm_env_minatar_breakout = {
     .check_atol = 0.0f,
     .reward_rtol = 0.0f,
     .reward_atol = 0.0f,
+    .finite = 1, /* small integers throughout */
     .reset = br_reset,
     .step = br_step,
     .observe = br_observe,

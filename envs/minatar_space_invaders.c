@@ -442,6 +442,7 @@ const lm_env_spec lm_env_minatar_space_invaders = {
     .check_atol = 0.0f,
     .reward_rtol = 0.0f,
     .reward_atol = 0.0f,
+    .finite = 1, /* small integers throughout */
     .reset = si_reset,
     .step = si_step,
     .observe = si_observe,

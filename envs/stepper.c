@@ -18,6 +18,7 @@ struct lm_env_stepper {
 static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b, size_t n) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  if (env->finite) lm_graph_promise_finite(g);
   lm_status st = lm_output(env->reset(g, (lm_dim)n), "state");
   lm_program_t *p = st == LM_OK ? lm_program_new(b, g) : NULL;
   lm_graph_free(g);
@@ -27,6 +28,7 @@ static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b, size
 static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int with_step) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  if (env->finite) lm_graph_promise_finite(g);
   lm_dim N = lm_sym(g, "N"), A = lm_env_action_size(env);
   lm_tensor st = lm_input(g, "state", LM_ROLE_DATA, 2, (lm_dim[]){N, env->state_size});
   lm_status s;

@@ -48,6 +48,7 @@ static const char *const out_names[5] = {"obs", "reward", "terminated", "truncat
 static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int next_step, int *scan) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  if (env->finite) lm_graph_promise_finite(g);
   lm_dim N = lm_sym(g, "N");
   int A = lm_env_action_size(env);
   lm_tensor act = env->action.kind == LM_SPACE_DISCRETE ? lm_input(g, "action", LM_ROLE_DATA, 1, &N)
@@ -69,6 +70,7 @@ static lm_program_t *step_program(const lm_env_spec *env, lm_backend_t *b, int n
 static lm_program_t *reset_program(const lm_env_spec *env, lm_backend_t *b, int next_step) {
   lm_graph_t *g = lm_graph_new();
   if (!g) return NULL;
+  if (env->finite) lm_graph_promise_finite(g);
   lm_dim N = lm_sym(g, "N");
   lm_tensor s = lm_input(g, "env.state", LM_ROLE_STATE, 2, (lm_dim[]){N, env->state_size});
   lm_tensor t = lm_input(g, "env.t", LM_ROLE_STATE, 1, &N);
@@ -386,5 +388,10 @@ lm_status lm_vecenv_read_state(lm_vecenv_t *v, float *state, size_t count) {
 lm_status lm_vecenv_write_state(lm_vecenv_t *v, const float *state, size_t count) {
   if (!v || !state) return lm_fail(LM_ERR_INVALID, "lm_vecenv_write_state: %s is NULL", !v ? "the vec env" : "state");
   if (!v->started) return lm_fail(LM_ERR_INVALID, "%s: write the state after the first reset", v->env->name);
+  if (v->env->finite) /* its programs promise finite values (lm_graph_promise_finite) */
+    for (size_t i = 0; i < count; i++)
+      if (!isfinite(state[i]))
+        return lm_fail(LM_ERR_INVALID, "%s: state value %zu is %g; the env's values are finite", v->env->name, i,
+                       (double)state[i]);
   return lm_program_write(v->step, "env.state", state, count);
 }

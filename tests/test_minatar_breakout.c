@@ -399,10 +399,11 @@ static void run_stats(run *r, int64_t n, int64_t T) {
   free(a);
 }
 
-/* Random actions + lm_env_vec_step as a scan of T steps on `backend`; env i starts from
- * ref_reset(seed, i, INIT_RUN), step t draws with run counter t. */
+/* Random actions + lm_env_vec_step as a scan of T steps on `backend`, promising finite values;
+ * env i starts from ref_reset(seed, i, INIT_RUN), step t draws with run counter t. */
 static run run_graph(const lm_env_spec *e, const char *backend, int64_t n, int64_t T, uint64_t seed) {
   lm_graph_t *g = lm_graph_new();
+  lm_graph_promise_finite(g); /* as the env's own programs (lm_env_spec.finite): ref checks it */
   lm_dim N = lm_sym(g, "N");
   lm_vec_step vs;
   OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));

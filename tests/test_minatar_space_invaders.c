@@ -253,10 +253,11 @@ static void run_stats(run_out *o, size_t n, size_t T) {
   for (size_t c = 0; c < n * T; c++) o->episodes += o->terminated[c] != 0, o->return_sum += o->reward[c];
 }
 
-/* Random actions + lm_env_vec_step as a scan of T steps on `backend` (step t: run counter t),
- * every env starting from its reset. */
+/* Random actions + lm_env_vec_step as a scan of T steps on `backend`, promising finite values
+ * (step t: run counter t), every env starting from its reset. */
 static run_out run_graph(const lm_env_spec *e, const char *backend, size_t n, size_t T, uint64_t seed) {
   lm_graph_t *g = lm_graph_new();
+  lm_graph_promise_finite(g); /* as the env's own programs (lm_env_spec.finite): ref checks it */
   lm_dim N = lm_sym(g, "N");
   lm_vec_step vs;
   OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));

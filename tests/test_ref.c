@@ -1518,3 +1518,31 @@ Test(ref, a_node_consumed_by_many_others) {
     expect_output(p, name, &want[k]);
   }
 }
+
+/* ================================================================ the promise of finite values */
+
+/* A graph that promises finite values (lm_graph_promise_finite) computes as any other while
+ * they are; a value that is not fails the run with LM_ERR_INVALID naming the node and its op
+ * (an input that is not: the input's name), since a compiled kernel may then differ. */
+Test(ref, a_broken_promise_of_finite_values_fails_naming_the_node) {
+  ht x = ht_rand(1, DIMS(8), 0.5f, 4.0f, 1);
+  lm_tensor tx = input_like("x", LM_ROLE_DATA, &x);
+  OK(lm_output(lm_recip(tx), "y"));
+  lm_graph_promise_finite(G);
+  lm_program_t *p = compile();
+  put(p, "x", &x);
+  OK(lm_program_run(p)); /* finite: runs */
+  ht got = get(p, "y", 1, (int64_t[]){8});
+  for (int i = 0; i < 8; i++) cr_assert_eq(bits(got.v[i]), bits(1.0f / x.v[i]));
+  x.v[5] = 0.0f; /* 1/0: the recip computes inf */
+  put(p, "x", &x);
+  cr_assert_eq(lm_program_run(p), LM_ERR_INVALID);
+  const char *m = lm_last_error();
+  cr_assert(strstr(m, "promises finite values") && strstr(m, "computed inf at element 5") && strstr(m, "(recip)"), "%s",
+            m);
+  x.v[5] = NAN; /* a NaN input: named by the input's name */
+  put(p, "x", &x);
+  cr_assert_eq(lm_program_run(p), LM_ERR_INVALID);
+  m = lm_last_error();
+  cr_assert(strstr(m, "was given nan at element 5") && strstr(m, "(x)"), "%s", m);
+}

@@ -870,6 +870,46 @@ static float *stack_scan(int cols, const char *backend, int lazy, ir_facts *fact
   return y;
 }
 
+/* stack_graph(4)'s y [T, N, 4] on backend, its graph promising finite values or not; cpu: the
+ * lines of its dumped kernels that print a select (compiler/render.c) in *selects. */
+static float *select_scan(const char *backend, int finite, int *selects) {
+  lm_graph_t *g = stack_graph(4);
+  if (finite) lm_graph_promise_finite(g);
+  char dir[] = "/tmp/lumen-select-XXXXXX";
+  lm_backend_t *b = NULL;
+  lm_program_t *p = open_scan(g, backend, selects ? dir : NULL, 1, &b);
+  OK(lm_program_bind(p, "N", LZ_N));
+  OK(lm_program_bind(p, "T", LZ_T * 4));
+  float h[LZ_N * 4];
+  for (int i = 0; i < LZ_N * 4; i++) h[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
+  put(p, "h", h, (size_t)LZ_N * 4);
+  lm_program_set_seed(p, 9);
+  OK(lm_program_run(p));
+  float *y = get(p, "y", (size_t)LZ_T * 4 * LZ_N * 4);
+  if (selects) *selects = check_dump_lines(dir, " != 0.0f ? ");
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return y;
+}
+
+/* lm_env_select's arithmetic (f*a + 0 + (1-f)*b, f = 0.5 < c) prints as a select in a kernel
+ * whose graph promises finite values, and as the arithmetic without the promise; both give
+ * the reference's bits here, where every value is finite (ref checking the promise). */
+Test(columns, a_select_prints_as_a_select_only_where_the_graph_promises_finite_values) {
+  int with = 0, without = 0;
+  float *fin = select_scan("cpu", 1, &with), *plain = select_scan("cpu", 0, &without);
+  float *ref = select_scan("ref", 1, NULL);
+  cr_assert_gt(with, 0, "no select printed in the finite graph's kernel");
+  cr_assert_eq(without, 0, "%d selects printed without the promise", without);
+  size_t n = (size_t)LZ_T * 4 * LZ_N * 4;
+  expect_bits("finite graph: cpu vs ref", fin, ref, n);
+  expect_bits("plain graph: cpu vs ref", plain, ref, n);
+  free(fin);
+  free(plain);
+  free(ref);
+}
+
 /* cols <= 8: unrolled; 10: more than compiler/columns.c unrolls, the paddings stay in the
  * column loop and the fresh state is drawn lazily through them. */
 static void stack_case(int cols) {

@@ -124,6 +124,24 @@ Test(vecenv, bad_actions_and_calls_are_refused_by_name) {
   lm_vecenv_free(p);
 }
 
+/* An env that promises finite values (lm_env_spec.finite: MinAtar's) takes no non-finite state:
+ * its kernels print selects as selects, which a NaN or an infinity would tell apart. */
+Test(vecenv, a_non_finite_state_is_refused_where_the_env_promises_finite_values) {
+  lm_vecenv_t *v = lm_vecenv_new("minatar-breakout", NULL, "cpu", 2, 0);
+  cr_assert(v, "%s", lm_last_error());
+  cr_assert_eq(lm_vecenv_reset(v, 1, 3, NULL), LM_OK);
+  float s[2 * 108], before[2 * 108];
+  cr_assert_eq(lm_vecenv_read_state(v, before, 2 * 108), LM_OK);
+  memcpy(s, before, sizeof s);
+  s[108 + 20] = INFINITY;
+  cr_assert_eq(lm_vecenv_write_state(v, s, 2 * 108), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "minatar-breakout") && strstr(lm_last_error(), "value 128 is inf"), "%s",
+            lm_last_error());
+  cr_assert_eq(lm_vecenv_read_state(v, s, 2 * 108), LM_OK);
+  check_same_bits("state after the refused write", s, before, 2 * 108);
+  lm_vecenv_free(v);
+}
+
 Test(vecenv, bad_construction_is_refused_by_name) {
   cr_assert_null(lm_vecenv_new("no-such-env", NULL, "cpu", 4, 0));
   cr_assert(strstr(lm_last_error(), "no-such-env"), "%s", lm_last_error());

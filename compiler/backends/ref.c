@@ -168,6 +168,20 @@ static float apply2(lm_op op, float a, float b) {
   }
 }
 
+/* A graph that promises finite values (lm_graph_promise_finite): the first value that is not,
+ * named, since compiled kernels may then print its selects as selects and differ here. */
+static lm_status check_finite(const lm_graph_t *g, uint32_t id, const float *v, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    if (!isfinite(v[i])) {
+      const lm_node *n = &g->nodes[id];
+      const char *what = n->op == LM_OP_INPUT ? g->inputs[n->input].name : lm_op_table[n->op].name;
+      return lm_fail(LM_ERR_INVALID,
+                     "a graph that promises finite values (lm_graph_promise_finite) %s %g at element %zu of "
+                     "node %u (%s)", n->op == LM_OP_INPUT ? "was given" : "computed", (double)v[i], i, id, what);
+    }
+  return LM_OK;
+}
+
 static lm_status ref_step(void *ctx, void *p, const lm_run_args *args) {
   (void)ctx;
   ref_exe *x = p;
@@ -187,6 +201,7 @@ static lm_status ref_step(void *ctx, void *p, const lm_run_args *args) {
     size_t count = numel(g, &n->shape, syms, dims);
     if (n->op == LM_OP_INPUT) {
       vals[id] = args->inputs[n->input];
+      if (g->finite && (st = check_finite(g, id, vals[id], count)) != LM_OK) goto done;
       continue;
     }
     float *out = lm_malloc((count ? count : 1) * sizeof *out);
@@ -224,6 +239,7 @@ static lm_status ref_step(void *ctx, void *p, const lm_run_args *args) {
         next_index(idx, dims, n->shape.rank);
       }
     }
+    if (g->finite && (st = check_finite(g, id, out, op == LM_OP_CONST ? 1 : count)) != LM_OK) goto done;
   }
   for (size_t i = 0; i < g->noutputs; i++)
     gather(g, g->outputs[i].src, &x->out_edges[i], vals, args->outputs[i], syms);

@@ -71,6 +71,16 @@ void lm_graph_free(lm_graph_t *g);
  * update, bootstrap and rollout graphs (lm_ppo_config.exact = 0). */
 void lm_graph_set_contraction(lm_graph_t *g, int on);
 
+/* A promise about the values of this graph: every input and every value a node computes is
+ * finite (no infinity, no NaN), and nothing depends on the sign of a zero. The cpu backend may
+ * then print an arithmetic select, c*a + (1-c)*b with c proved 0 or 1 (lm_env_select's form,
+ * lm_minimum's), as a select, which differs from the arithmetic only where the unpicked operand
+ * is not finite (NaN there) or in the sign of a zero result. The reference interpreter checks
+ * the promise: a run that meets a non-finite input or value fails naming the node (so `rltrain
+ * check` and the tests that compare backends against ref catch a broken promise). Envs make it
+ * for their env-only graphs with lm_env_spec.finite. */
+void lm_graph_promise_finite(lm_graph_t *g);
+
 /* A symbol: a positive integer (>= 1) bound at run time. lm_sym_min allows another
  * least value (0 for offsets such as a shuffle's b). Same name -> same symbol. */
 lm_dim lm_sym(lm_graph_t *g, const char *name);

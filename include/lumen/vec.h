@@ -115,7 +115,8 @@ lm_status lm_vecenv_step(lm_vecenv_t *v, const void *actions, lm_vec_dtype dtype
 lm_status lm_vecenv_random_actions(const lm_vecenv_t *v, uint64_t k, float *actions, size_t count);
 /* The envs' state after the last reset or step, num_envs * state_size floats (for tests and
  * debugging; an env's state layout is its own). write_state replaces it (after a reset: the
- * episodes' step counters stay), which is how a test replays recorded transitions one step each. */
+ * episodes' step counters stay), which is how a test replays recorded transitions one step each.
+ * An env that promises finite values (lm_env_spec.finite) refuses a non-finite state. */
 lm_status lm_vecenv_read_state(lm_vecenv_t *v, float *state, size_t count);
 lm_status lm_vecenv_write_state(lm_vecenv_t *v, const float *state, size_t count);
 
