@@ -1300,9 +1300,137 @@ static void sr_clause(rk *r, lm_sb *sb, int32_t l, size_t mark, int chunk, int i
   }
 }
 
+/* ---- a finite kernel's one-hot reads printed as gathers ------------------------------------
+ * A cell of a per-env grid read at a data-dependent position is, over the primitives, a sum
+ * over the columns of the column's value times a one-hot mask (envs/: bricks * (cell == j)).
+ * In lane form, for a serial loop J over n columns around one lane loop:
+ *   for j < n: lanes i: A[i] = A[i] + (... * ((float)(j + o) == P[i] ? 1 : 0) * ...)
+ * At most one j matches P[i] (the columns' indices are distinct), so every other term is a
+ * zero times a finite value: with finite values and zeros' signs unobserved
+ * (lm_graph_promise_finite) the loop is its body once per lane at the matching column,
+ *   lanes i: j = (P[i] is a whole number in [o, o + n)) ? P[i] - o : 0; A[i] = A[i] + (...)
+ * where a lane with no match reads column 0 and adds a zero (its mask is 0 there too). The
+ * C compiler makes the read a gather: one load per lane in place of n multiply-adds. Printing
+ * only, as the selects above. */
+static int pure_value(uint8_t op) { /* no effect, no accumulator, no draw */
+  return op <= LM_S_SELECT && op != LM_S_RAND ? 1 : op == LM_S_INDEX;
+}
+
+typedef struct gather_form {
+  int32_t C;   /* the lane loop */
+  uint32_t p;  /* the statement compared with the column's index, read at lane i */
+  int64_t off; /* o */
+} gather_form;
+
+static int var_plus(const lm_exprs *x, lm_expr e, int32_t v, int64_t *off) { /* e = v + off */
+  const lm_xnode *n = lm_x_node(x, e);
+  if (n->op == LM_X_VAR) return n->v == v ? (*off = 0, 1) : 0;
+  if (n->op != LM_X_ADD) return 0;
+  const lm_xnode *a = lm_x_node(x, n->a), *b = lm_x_node(x, n->b);
+  if (a->op == LM_X_VAR && a->v == v && b->op == LM_X_CONST) return *off = b->v, 1;
+  if (b->op == LM_X_VAR && b->v == v && a->op == LM_X_CONST) return *off = a->v, 1;
+  return 0;
+}
+
+/* f (resolved) = (INDEX(J + o) == P) as 1 - ((a < b) + (b < a)), P a lane load of loop C */
+static int onehot_factor(const rk *r, uint32_t f, int32_t J, int32_t C, gather_form *g) {
+  uint32_t ne, a, b;
+  int32_t via = -2;
+  if (!fin_not(r, f, &ne, &via) || via != -2) return 0;
+  const lm_stmt *s = &r->k->stmts[ne];
+  if (s->op != LM_S_ADD) return 0;
+  const lm_stmt *p = &r->k->stmts[s->a], *q = &r->k->stmts[s->b];
+  if (p->op != LM_S_LT || q->op != LM_S_LT || p->a != q->b || p->b != q->a) return 0;
+  a = p->a, b = p->b;
+  for (int side = 0; side < 2; side++) {
+    const lm_stmt *ix = &r->k->stmts[side ? b : a], *ld = &r->k->stmts[side ? a : b];
+    if (ix->op != LM_S_INDEX || !var_plus(r->x, ix->idx, J, &g->off)) continue;
+    if (ld->op != LM_S_LOAD || !ld->local || !lm_x_is_const(r->x, ld->valid, 1)) continue;
+    const lm_xnode *li = lm_x_node(r->x, ld->idx);
+    if (li->op != LM_X_VAR || li->v != C) continue;
+    g->p = side ? a : b;
+    return 1;
+  }
+  return 0;
+}
+
+static int onehot_product(const rk *r, uint32_t t, int32_t J, int32_t C, gather_form *g, int depth) {
+  if (onehot_factor(r, t, J, C, g)) return 1;
+  const lm_stmt *s = &r->k->stmts[t];
+  return depth < 8 && s->op == LM_S_MUL &&
+         (onehot_product(r, s->a, J, C, g, depth + 1) || onehot_product(r, s->b, J, C, g, depth + 1));
+}
+
+/* Loop J: serial, a constant extent, pure statements and then one lane loop of pure statements
+ * and a single store, A[i] = A[i] + T with a one-hot factor in T. */
+static int gather_loop(const rk *r, int32_t J, gather_form *g) {
+  const lm_kernel *k = r->k;
+  const lm_loop *lj = &k->loops[J];
+  if (!k->finite || r->dia != LM_DIALECT_C || lj->kind != LM_L_SERIAL || lm_x_node(r->x, lj->extent)->op != LM_X_CONST ||
+      lj->body.n == 0)
+    return 0;
+  const lm_item *last = &lj->body.items[lj->body.n - 1];
+  if (!last->is_loop || k->loops[last->id].kind != LM_L_LANES) return 0;
+  g->C = (int32_t)last->id;
+  const lm_block *bc = &k->loops[g->C].body;
+  for (size_t i = 0; i + 1 < lj->body.n; i++)
+    if (lj->body.items[i].is_loop || !pure_value(k->stmts[lj->body.items[i].id].op)) return 0;
+  uint32_t store = UINT32_MAX;
+  for (size_t i = 0; i < bc->n; i++) {
+    if (bc->items[i].is_loop) return 0;
+    const lm_stmt *s = &k->stmts[bc->items[i].id];
+    if (s->op == LM_S_STORE && store == UINT32_MAX) store = bc->items[i].id;
+    else if (!pure_value(s->op)) return 0;
+  }
+  if (store == UINT32_MAX) return 0;
+  const lm_stmt *st = &k->stmts[store];
+  const lm_xnode *si = lm_x_node(r->x, st->idx);
+  if (!st->local || si->op != LM_X_VAR || si->v != g->C || !lm_x_is_const(r->x, st->valid, 1)) return 0;
+  const lm_stmt *sum = &k->stmts[st->a];
+  if (sum->op != LM_S_ADD) return 0;
+  for (int side = 0; side < 2; side++) {
+    const lm_stmt *acc = &k->stmts[side ? sum->b : sum->a];
+    if (acc->op != LM_S_LOAD || !acc->local || acc->buf != st->buf || acc->idx != st->idx) continue;
+    if (onehot_product(r, side ? sum->a : sum->b, J, g->C, g, 0)) return 1;
+  }
+  return 0;
+}
+
+static void emit_block(rk *r, lm_sb *sb, int32_t loop, int ind);
+
+/* Loop J as its lane loop, the column the lane's value names in J's variable. */
+static void emit_gather(rk *r, lm_sb *sb, int32_t J, const gather_form *g, int ind) {
+  const lm_kernel *k = r->k;
+  int64_t n = lm_x_node(r->x, k->loops[J].extent)->v;
+  indent(sb, ind);
+  lm_sb_puts(sb, "LM_LANES\n");
+  indent(sb, ind);
+  lm_sb_printf(sb, "for (%s i%d = 0; i%d < ", r->d->i64, g->C, g->C);
+  print_x(r, sb, k->loops[g->C].extent, 2, 0);
+  lm_sb_printf(sb, "; i%d++) { /* loop %d as a gather */\n", g->C, J);
+  indent(sb, ind + 1);
+  lm_sb_printf(sb, "const float g%d = ", J);
+  print_expr(r, sb, g->p, 0); /* the load itself: its variable, if it has one, comes later */
+  lm_sb_puts(sb, ";\n");
+  indent(sb, ind + 1);
+  lm_sb_printf(sb, "const %s i%d = (g%d >= %lld.0f && g%d < %lld.0f && g%d == (float)(%s)g%d) ? (%s)g%d - %lld : 0;\n",
+               r->d->i64, J, J, (long long)g->off, J, (long long)(g->off + n), J, r->d->i64, J, r->d->i64, J,
+               (long long)g->off);
+  const lm_block *bj = &k->loops[J].body;
+  for (size_t i = 0; i + 1 < bj->n && !r->bad; i++) emit_stmt(r, sb, bj->items[i].id, ind + 1);
+  emit_block(r, sb, g->C, ind + 1);
+  indent(sb, ind);
+  lm_sb_puts(sb, "}\n");
+}
+
 static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
   const lm_kernel *k = r->k;
   if (!has_work(r, l)) return;
+  gather_form gf;
+  if (gather_loop(r, l, &gf)) {
+    emit_gather(r, sb, l, &gf, ind);
+    return;
+  }
   if (l < k->npar && r->flat) { /* the thread index already names this point of the domain */
     emit_block(r, sb, l, ind);
     return;

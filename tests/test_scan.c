@@ -970,12 +970,14 @@ static lm_graph_t *cell_graph(void) {
   return g;
 }
 
-/* y [T, N] on backend, or on cpu with its kernels' index values counted into *index */
-static float *cell_scan(const char *backend, int *index) {
+/* y [T, N] on backend (its graph promising finite values or not), or on cpu with the lines of
+ * its kernels that match re counted into *count */
+static float *cell_scan_ex(const char *backend, int finite, const char *re, int *count) {
   lm_graph_t *g = cell_graph();
+  if (finite) lm_graph_promise_finite(g);
   char dir[] = "/tmp/lumen-cell-XXXXXX";
   lm_backend_t *b = NULL;
-  lm_program_t *p = open_scan(g, backend, index ? dir : NULL, 1, &b);
+  lm_program_t *p = open_scan(g, backend, count ? dir : NULL, 1, &b);
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T));
   float h[LZ_N * CELL_COLS];
@@ -984,11 +986,31 @@ static float *cell_scan(const char *backend, int *index) {
   put(p, "h", h, (size_t)LZ_N * CELL_COLS);
   OK(lm_program_run(p));
   float *y = get(p, "y", (size_t)LZ_T * LZ_N);
-  if (index) *index = check_dump_lines(dir, "= index \\[");
+  if (count) *count = check_dump_lines(dir, re);
   lm_program_free(p);
   lm_backend_free(b);
   lm_graph_free(g);
   return y;
+}
+
+/* y [T, N] on backend, or on cpu with its kernels' index values counted into *index */
+static float *cell_scan(const char *backend, int *index) { return cell_scan_ex(backend, 0, "= index \\[", index); }
+
+/* The one-hot read of a cell, sum(h * (h0 == arange)), prints as a gather (one load per lane
+ * at the named column, compiler/render.c) where the graph promises finite values, and as the
+ * loop over the columns without; both give the reference's bits, cells named off the row
+ * (12, -3) included. */
+Test(columns, a_one_hot_cell_read_prints_as_a_gather_only_where_the_graph_promises_finite_values) {
+  int gathers = 0, plain = 0;
+  float *fin = cell_scan_ex("cpu", 1, "as a gather", &gathers), *loop = cell_scan_ex("cpu", 0, "as a gather", &plain);
+  float *ref = cell_scan_ex("ref", 1, NULL, NULL);
+  cr_assert_gt(gathers, 0, "no gather in the finite graph's lane kernel");
+  cr_assert_eq(plain, 0, "%d gathers without the promise", plain);
+  expect_bits("cell reads, finite graph: cpu vs ref", fin, ref, (size_t)LZ_T * LZ_N);
+  expect_bits("cell reads, plain graph: cpu vs ref", loop, ref, (size_t)LZ_T * LZ_N);
+  free(fin);
+  free(loop);
+  free(ref);
 }
 
 Test(columns, an_aranges_digits_become_an_index_value_with_the_references_bits) {
