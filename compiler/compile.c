@@ -49,6 +49,7 @@ static int when_always(const pass_ctx *c) {
 }
 static int when_lanes(const pass_ctx *c) { return c->opts->lanes > 1; }
 static int when_gpu(const pass_ctx *c) { return c->opts->gpu != NULL; }
+static int when_finite(const pass_ctx *c) { return c->plan->g->finite; }
 
 static int run_search(pass_ctx *c) {
   (void)lm_search_plan_on(c->plan, NULL, c->opts->search, NULL, c->opts->device);
@@ -80,6 +81,12 @@ static int run_columns(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_columns
 static int run_lazy(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_lazy); }
 static int run_index(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_index); }
 static int run_gpu(pass_ctx *c) { return lm_schedule_gpu(c->plan, c->opts->gpu); }
+/* Marks the kernels of a graph that promises finite values; render.c prints them so. Not a
+ * rule: the search's rewrites hold for every input, and these hold only for finite ones. */
+static int run_finite(pass_ctx *c) {
+  for (size_t i = 0; i < c->plan->nkernels; i++) c->plan->kernels[i].finite = 1;
+  return (int)c->plan->nkernels;
+}
 
 enum { FRONT, PLAN, SCAN, DEVICE }; /* where lm_compile_ex runs a row */
 
@@ -142,6 +149,9 @@ static const pass passes[] = {
     {{"gpu-workgroups", "cuda opencl", "a GPU backend (its shared memory, its warp)", "LUMEN_GPU_SCHEDULE=0",
       "matmuls tiled through shared memory, reductions as trees, weights staged (gpu.c)"},
      DEVICE, when_gpu, run_gpu},
+    {{"finite", "c", "its graph promises finite values", "LUMEN_NO_FINITE",
+      "arithmetic selects over a proved 0/1 flag printed as selects, x * 0 as 0, one-hot reads as gathers (render.c)"},
+     DEVICE, when_finite, run_finite},
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };
 
@@ -219,8 +229,6 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
    * search's candidates were timed without, and jam's blocks are the same either way) */
   if (st == LM_OK && out->g->contract && !out->fused)
     for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].contract = 1;
-  if (st == LM_OK && out->g->finite) /* render.c may print its arithmetic selects as selects */
-    for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].finite = 1;
   if (st != LM_OK) lm_compiled_free(out);
   return st;
 }

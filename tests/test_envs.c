@@ -1444,13 +1444,15 @@ Test(cli, a_file_for_another_env_unknown_envs_and_unreadable_files_are_clear_err
 Test(cli, compile_lists_the_pass_table_and_the_kernels_per_graph, .timeout = LM_TIMEOUT(120)) {
   cr_assert_eq(rltrain("compile --passes", out, sizeof out), 0, "%s", out);
   static const char *const names[] = {"canonicalise", "lower", "search", "interchange", "epilogue", "merge", "join",
-                                      "scan-fuse", "lanes", "inplace", "split", "columns", "lazy", "gpu-workgroups"};
+                                      "scan-fuse", "lanes", "inplace", "split", "columns", "lazy", "index", "gpu-workgroups",
+                                      "finite"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char row[64];
     snprintf(row, sizeof row, "\n%s ", names[i]);
     cr_assert(strstr(out, row), "no row for %s:\n%s", names[i], out);
   }
-  cr_assert(strstr(out, "LUMEN_NO_JOIN") && strstr(out, "LUMEN_NO_LAZY"), "switches missing:\n%s", out);
+  cr_assert(strstr(out, "LUMEN_NO_JOIN") && strstr(out, "LUMEN_NO_LAZY") && strstr(out, "LUMEN_NO_FINITE"),
+            "switches missing:\n%s", out);
   cr_assert_eq(rltrain("compile --passes cartpole", out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "--passes takes no ENV"), "%s", out);
   cr_assert_eq(rltrain("compile cartpole --target c", out, sizeof out), 0, "%s", out);

@@ -902,6 +902,11 @@ Test(columns, a_select_prints_as_a_select_only_where_the_graph_promises_finite_v
   float *ref = select_scan("ref", 1, NULL);
   cr_assert_gt(with, 0, "no select printed in the finite graph's kernel");
   cr_assert_eq(without, 0, "%d selects printed without the promise", without);
+  int off = 0; /* the pass's switch: the promise kept, the kernels printed as without it */
+  setenv("LUMEN_NO_FINITE", "1", 1);
+  free(select_scan("cpu", 1, &off));
+  unsetenv("LUMEN_NO_FINITE");
+  cr_assert_eq(off, 0, "%d selects printed with LUMEN_NO_FINITE=1", off);
   size_t n = (size_t)LZ_T * 4 * LZ_N * 4;
   expect_bits("finite graph: cpu vs ref", fin, ref, n);
   expect_bits("plain graph: cpu vs ref", plain, ref, n);
