@@ -198,21 +198,31 @@ static int unbound_symbol(const lm_program_t *p, lm_expr e) {
   }
 }
 
+/* What an error names: "input 'x'" (kind and name), or a name alone (kind NULL). Formatted only
+ * when there is an error: a program's run checks every buffer, and runs are cheap. */
+typedef struct named {
+  const char *kind, *name;
+} named;
+#define NAMED_FMT "%s%s%s%s"
+#define NAMED_ARGS(w) (w).kind ? (w).kind : "", (w).kind ? " '" : "", (w).name, (w).kind ? "'" : ""
+
 /* Element count of a shape, or an error naming the unbound symbol. */
 /* With steps, the count of a [T, ...] buffer of a scan. */
-static lm_status shape_count_steps(lm_program_t *p, const lm_shape *s, const char *what, int steps, size_t *count) {
+static lm_status shape_count_steps(lm_program_t *p, const lm_shape *s, named what, int steps, size_t *count) {
   const lm_exprs *x = &p->g->x;
   size_t n = 1;
   if (steps && p->scan.active) {
     if (!p->bound[p->scan.sym_T])
-      return lm_fail(LM_ERR_INVALID, "%s: symbol %s (the scan length) is not bound", what, x->syms[p->scan.sym_T].name);
+      return lm_fail(LM_ERR_INVALID, NAMED_FMT ": symbol %s (the scan length) is not bound", NAMED_ARGS(what),
+                     x->syms[p->scan.sym_T].name);
     n = (size_t)p->syms[p->scan.sym_T];
   }
   for (int i = 0; i < s->rank; i++) {
     int k = unbound_symbol(p, s->dim[i]);
-    if (k >= 0) return lm_fail(LM_ERR_INVALID, "%s: symbol %s is not bound", what, x->syms[k].name);
+    if (k >= 0) return lm_fail(LM_ERR_INVALID, NAMED_FMT ": symbol %s is not bound", NAMED_ARGS(what), x->syms[k].name);
     int64_t d = lm_x_eval(x, s->dim[i], NULL, p->syms);
-    if (d < 0) return lm_fail(LM_ERR_INVALID, "%s: dimension %d evaluates to %lld", what, i, (long long)d);
+    if (d < 0)
+      return lm_fail(LM_ERR_INVALID, NAMED_FMT ": dimension %d evaluates to %lld", NAMED_ARGS(what), i, (long long)d);
     n *= (size_t)d;
   }
   *count = n;
@@ -232,7 +242,7 @@ static int find_output(const lm_graph_t *g, const char *name) {
 }
 
 /* Makes sure the buffer matches the current bindings; persistent inputs start at zero. */
-static lm_status ensure(lm_program_t *p, buffer *bf, const lm_shape *s, const char *what, int zero, int steps) {
+static lm_status ensure(lm_program_t *p, buffer *bf, const lm_shape *s, named what, int zero, int steps) {
   size_t count;
   lm_status st = shape_count_steps(p, s, what, steps, &count);
   if (st != LM_OK) return st;
@@ -256,7 +266,8 @@ static lm_status resolve_link(lm_program_t *p, int i) {
   if (st != LM_OK) return st;
   const buffer *ob = bf->owner_output ? &o->out[bf->owner_index] : &o->in[bf->owner_index];
   size_t count;
-  st = shape_count_steps(p, &p->g->nodes[p->g->inputs[i].node].shape, p->g->inputs[i].name, p->per_step[i], &count);
+  st = shape_count_steps(p, &p->g->nodes[p->g->inputs[i].node].shape, (named){NULL, p->g->inputs[i].name},
+                         p->per_step[i], &count);
   if (st != LM_OK) return st;
   if (count != ob->count)
     return lm_fail(LM_ERR_INVALID, "input '%s' is linked to a buffer of %zu elements but needs %zu", p->g->inputs[i].name,
@@ -270,15 +281,12 @@ static lm_status resolve_link(lm_program_t *p, int i) {
 static lm_status ensure_input(lm_program_t *p, int i) {
   const lm_input_info *in = &p->g->inputs[i];
   if (p->in[i].owner) return resolve_link(p, i);
-  char what[160];
-  snprintf(what, sizeof what, "input '%s'", in->name);
-  return ensure(p, &p->in[i], &p->g->nodes[in->node].shape, what, in->role != LM_ROLE_DATA, p->per_step[i]);
+  return ensure(p, &p->in[i], &p->g->nodes[in->node].shape, (named){"input", in->name}, in->role != LM_ROLE_DATA,
+                p->per_step[i]);
 }
 
 static lm_status ensure_output(lm_program_t *p, int i) {
-  char what[160];
-  snprintf(what, sizeof what, "output '%s'", p->g->outputs[i].name);
-  return ensure(p, &p->out[i], lm_edge_shape(p->g, p->g->outputs[i].src), what, 0, 1);
+  return ensure(p, &p->out[i], lm_edge_shape(p->g, p->g->outputs[i].src), (named){"output", p->g->outputs[i].name}, 0, 1);
 }
 
 lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
@@ -297,7 +305,7 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
   for (size_t i = 0; i < p->g->ninputs; i++) {
     size_t count;
     const lm_shape *s = &p->g->nodes[p->g->inputs[i].node].shape;
-    if (p->in[i].buf && (shape_count_steps(p, s, "input", p->per_step[i], &count) != LM_OK || count != p->in[i].count))
+    if (p->in[i].buf && (shape_count_steps(p, s, (named){NULL, "input"}, p->per_step[i], &count) != LM_OK || count != p->in[i].count))
       release(p, &p->in[i]);
   }
   lm_clear_error();
@@ -306,9 +314,9 @@ lm_status lm_program_bind(lm_program_t *p, const char *symbol, int64_t value) {
 
 lm_status lm_program_numel(lm_program_t *p, const char *name, size_t *count) {
   int i = find_input(p->g, name);
-  if (i >= 0) return shape_count_steps(p, &p->g->nodes[p->g->inputs[i].node].shape, name, p->per_step[i], count);
+  if (i >= 0) return shape_count_steps(p, &p->g->nodes[p->g->inputs[i].node].shape, (named){NULL, name}, p->per_step[i], count);
   if ((i = find_output(p->g, name)) >= 0)
-    return shape_count_steps(p, lm_edge_shape(p->g, p->g->outputs[i].src), name, 1, count);
+    return shape_count_steps(p, lm_edge_shape(p->g, p->g->outputs[i].src), (named){NULL, name}, 1, count);
   return lm_fail(LM_ERR_INVALID, "the program has no input or output named '%s'", name);
 }
 
