@@ -71,11 +71,13 @@ typedef struct lm_env_spec {
    * reward_rtol * |want|, so 0 and 0 demand the exact value). See docs/ENVS.md. */
   float check_rtol, check_atol;
   float reward_rtol, reward_atol;
-  /* 1: from a finite state and action every value the env's graphs compute is finite, and
-   * nothing the env gives depends on the sign of a zero (an env over small integers, as
-   * MinAtar's). Its env-only programs (the vec env's, `rltrain check`'s, rlbench's) then promise
-   * finite values (lm_graph_promise_finite): their cpu kernels print selects as selects, and on
-   * ref a value that breaks the promise fails the run, naming its node. 0: no promise. */
+  /* 1: from the states its reset and steps reach, and any action, every value the env's graphs
+   * compute is finite, and nothing the env gives depends on the sign of a zero (an env over
+   * small integers, as MinAtar's). Its env-only programs (the vec env's, `rltrain check`'s,
+   * rlbench's) then promise finite values (lm_graph_promise_finite): their cpu kernels print
+   * selects as selects, and on ref a value that breaks the promise fails the run, naming its
+   * node (a state written by hand far outside the reachable ones can: 1e38 in a coordinate
+   * that the step multiplies). 0: no promise. */
   int finite;
 
   /* ---- graphs (batched over axis 0, N envs; actions: [N] action indices as floats for
