@@ -521,18 +521,25 @@ static void vexp_inputs(fx *f, uint32_t b) {
   x[72] = NAN;
 }
 
-static void verify_vexp(const fx *f, double rtol) {
-  (void)rtol;
+/* y = exp2(x) within 6e-7 where normal; a subnormal result within one step of 2^-149 (as exp2f
+ * rounds), or 0 where the kernel flushes subnormals (flushed) */
+static void verify_exp2(const fx *f, int flushed) {
   const float *x = f->buf[0], *y = f->buf[1];
   for (size_t i = 0; i < 128; i++) {
     double want = exp2((double)x[i]), got = y[i];
     if (isnan(x[i])) cr_assert(isnan(got), "exp2(NaN) = %.9g", got);
     else if (want >= 0x1p128) cr_assert(isinf(got) && got > 0, "exp2(%.9g) = %.9g, want inf", x[i], got);
-    else if (want < 0x1p-126) /* subnormal: as exp2f rounds, within one step of 2^-149 */
-      cr_assert(fabs(got - want) <= 0x1p-149, "exp2(%.9g) = %.9g, want %.9g", x[i], got, want);
+    else if (want < 0x1p-126)
+      cr_assert((flushed && got == 0.0) || fabs(got - want) <= 0x1p-149, "exp2(%.9g) = %.9g, want %.9g", x[i], got,
+                want);
     else cr_assert(fabs(got - want) <= 6e-7 * want, "exp2(%.9g) = %.9g, want %.9g (rel %.3g)", x[i], got, want,
                    fabs(got - want) / want);
   }
+}
+
+static void verify_vexp(const fx *f, double rtol) {
+  (void)rtol;
+  verify_exp2(f, 0);
 }
 
 static fx *fx_vexp(void) {
@@ -546,6 +553,28 @@ static fx *fx_vexp(void) {
   lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 64)), xv(f, l));
   s_store(f, k, l, out, at, s_op(k, l, LM_S_EXP2, s_load(f, k, l, in, at, 0, -1), 0));
   f->verify = verify_vexp;
+  return f;
+}
+
+/* a contracted kernel (FMAs, subnormals flushed) prints exp2 as lm_exp2_c, one value at a time:
+ * the same polynomial as lm_exp2_v8 */
+static void verify_cexp(const fx *f, double rtol) {
+  (void)rtol;
+  verify_exp2(f, 1);
+}
+
+static fx *fx_cexp(void) {
+  fx *f = fx_new();
+  uint32_t in = fx_buf(f, LM_BUF_INPUT, 128, 0), out = fx_buf(f, LM_BUF_OUTPUT, 128, 0);
+  vexp_inputs(f, in);
+  lm_kernel *k = fx_kernel(f, "k0_cexp");
+  int32_t p = loop(k, -1, xc(f, 2), LM_L_PARALLEL);
+  k->npar = 1;
+  k->contract = 1;
+  int32_t l = loop(k, p, xc(f, 64), LM_L_SERIAL);
+  lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 64)), xv(f, l));
+  s_store(f, k, l, out, at, s_op(k, l, LM_S_EXP2, s_load(f, k, l, in, at, 0, -1), 0));
+  f->verify = verify_cexp;
   return f;
 }
 
@@ -859,6 +888,20 @@ Test(render_c, vector_exp2_is_within_6e_7_of_exp2_from_subnormals_to_overflow) {
     built++;
   }
   if (!built) cr_skip_test("neither gcc nor clang is on PATH");
+}
+
+Test(render_c, a_contracted_kernels_exp2_is_the_polynomial_within_6e_7_of_exp2) {
+  fx *f = run_c_fixture(fx_cexp, 2);
+  char *src = render(f, LM_DIALECT_C);
+  expect_in(kernel_text(src, "k0_cexp"), "lm_exp2_c(b0[");
+  free(src);
+  fx_free(f);
+  f = fx_cexp();
+  f->p->kernels[0].contract = 0; /* the reference's rounding kept: libm's expf */
+  src = render(f, LM_DIALECT_C);
+  expect_in(kernel_text(src, "k0_cexp"), "lm_exp2(b0[");
+  free(src);
+  fx_free(f);
 }
 
 /* par p < 2: for k < E: out[16 p + k] = in[16 p + k] * w[p], or a variant that must stay serial */
