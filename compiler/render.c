@@ -379,6 +379,8 @@ typedef struct rk {
   uint32_t *lfill;  /* finite kernels, per local array: the value its one live lane store writes,
                      * else UINT32_MAX (fill_locals) */
   int32_t *lloop;   /* and the loop of that store */
+  uint8_t *flagged; /* finite kernels, per statement: fin_flag's answer once known, 0 unknown,
+                     * 1 no, 2 yes */
   /* C dialect: modulos by a symbolic divisor of an index that steps by the same amount each
    * iteration of an open loop, kept as a running remainder q<loop>_<n> (strength_reduce) */
   struct srmod {
@@ -852,7 +854,8 @@ static int fill_locals(rk *r) {
   uint32_t *count = lm_calloc(k->nlocals + 1, sizeof *count);
   r->lfill = lm_calloc(k->nlocals + 1, sizeof *r->lfill);
   r->lloop = lm_calloc(k->nlocals + 1, sizeof *r->lloop);
-  if (!count || !r->lfill || !r->lloop) return lm_free(count), 0;
+  r->flagged = lm_calloc(k->nstmts + 1, 1);
+  if (!count || !r->lfill || !r->lloop || !r->flagged) return lm_free(count), 0;
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *t = &k->stmts[i];
     if (t->op != LM_S_STORE || !t->local || !r->live[i] || t->buf >= k->nlocals) continue;
@@ -918,9 +921,10 @@ static int fin_has_not(const rk *r, uint32_t f, uint32_t c, int32_t via, int dep
   return (va == via && fin_has_not(r, a, c, via, depth + 1)) || (vb == via && fin_has_not(r, b, c, via, depth + 1));
 }
 
-/* every value of id is 0 or 1 (zeros' signs unobserved) */
-static int fin_flag(const rk *r, uint32_t id, int depth) {
-  if (depth > 24) return 0;
+static int fin_flag(const rk *r, uint32_t id, int depth);
+
+/* every value of id is 0 or 1 (zeros' signs unobserved), within depth - 24 more steps */
+static int fin_flag_at(const rk *r, uint32_t id, int depth) {
   int32_t via = -2;
   id = fin_res(r, id, &via);
   const lm_stmt *s = &r->k->stmts[id];
@@ -942,6 +946,18 @@ static int fin_flag(const rk *r, uint32_t id, int depth) {
   }
   default: return 0;
   }
+}
+
+/* fin_flag_at, remembered: statements are shared, and a product of shared flags would be
+ * walked once per path. A yes holds at any depth; a no is kept only where the walk had its
+ * whole budget (depth 0), and then holds at any depth too (a smaller budget proves no more). */
+static int fin_flag(const rk *r, uint32_t id, int depth) {
+  if (depth > 24) return 0;
+  uint8_t *m = &r->flagged[id];
+  if (*m) return *m == 2;
+  int yes = fin_flag_at(r, id, depth);
+  if (yes || depth == 0) *m = yes ? 2 : 1;
+  return yes;
 }
 
 /* id = x * (1 - c) + y * c (either order, + 0s anywhere), c a flag of one step: *cv (c as read
@@ -1769,6 +1785,7 @@ static void rk_free(rk *r) {
   lm_free(r->spec);
   lm_free(r->lfill);
   lm_free(r->lloop);
+  lm_free(r->flagged);
 }
 
 /* Appends kernel k to out. LM_OK, LM_ERR_NOMEM or LM_ERR_INVALID (with lm_fail's message). */
