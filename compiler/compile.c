@@ -125,7 +125,7 @@ static const pass passes[] = {
     {{"jam", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_JAM",
       "accumulating kernels run 4 outer points at a time (up to 16 where accumulators fit and indices divide no more), copies jammed inward, wide outputs in tiles of 16 (jam.c)"},
      PLAN, when_cpu_plan, run_jam},
-    {{"scan-fuse", "all", "a scan whose step is env-local", NULL,
+    {{"scan-fuse", "all", "a scan whose step is env-local, at most 2048 floats of locals per env", NULL,
       "the whole scan as one plan: a time loop inside each env's kernel, the carry kept (scan.c)"},
      FRONT, NULL, NULL},
     {{"lanes", "c", "a fused scan, lanes > 1", "LUMEN_SCAN_LANES=1",

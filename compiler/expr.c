@@ -894,11 +894,28 @@ static int guard_facts(lm_exprs *x, lm_expr g, const lm_xctx *ctx, lm_xfact *f, 
   return n + 1;
 }
 
-lm_expr lm_x_simplify_guarded(lm_exprs *x, lm_expr e, lm_expr guard, const lm_xctx *ctx) {
-  lm_xfact f[8];
-  int n = guard && ctx ? guard_facts(x, guard, ctx, f, 0, 8) : 0, m = 0;
-  for (int i = 0; i < n; i++)
+int lm_x_guard_facts(lm_exprs *x, lm_expr guard, const lm_xctx *ctx, lm_xfact f[LM_X_GUARD_FACTS]) {
+  int n = guard && ctx ? guard_facts(x, guard, ctx, f, 0, LM_X_GUARD_FACTS) : 0, m = 0;
+  for (int i = 0; i < n; i++) {
+    if (f[i].lo == INT64_MIN || f[i].hi == INT64_MAX) { /* the other side from the loops' extents */
+      poly p;
+      range r;
+      int64_t lo, hi;
+      poly_of(x, f[i].e, ctx, &p);
+      if (p.bad) continue;
+      range_of_poly(x, &p, ctx, &r);
+      if (!r.ok) continue;
+      if (f[i].lo == INT64_MIN && poly_is_const(&r.lo, &lo)) f[i].lo = lo;
+      if (f[i].hi == INT64_MAX && poly_is_const(&r.hi, &hi)) f[i].hi = hi;
+    }
     if (f[i].lo != INT64_MIN && f[i].hi != INT64_MAX) f[m++] = f[i]; /* two-sided bounds only */
+  }
+  return m;
+}
+
+lm_expr lm_x_simplify_guarded(lm_exprs *x, lm_expr e, lm_expr guard, const lm_xctx *ctx) {
+  lm_xfact f[LM_X_GUARD_FACTS];
+  int m = lm_x_guard_facts(x, guard, ctx, f);
   if (!m) return lm_x_simplify(x, e, ctx);
   lm_xctx c = *ctx;
   c.facts = f, c.nfacts = m;
@@ -918,6 +935,7 @@ static int prove_diff_nonneg(lm_exprs *x, lm_expr a, lm_expr b, int64_t margin, 
   }
   if (pa.bad) return 0;
   range_of_poly(x, &pa, ctx, &r);
+  if ((!r.ok || !poly_nonneg(x, &r.lo)) && ctx && ctx->nfacts) range_with_facts(x, &pa, ctx, &r);
   return r.ok && poly_nonneg(x, &r.lo);
 }
 

@@ -93,6 +93,11 @@ lm_expr lm_x_simplify(lm_exprs *x, lm_expr e, const lm_xctx *ctx);
  * trivial vanish (a padded window's index: (y + ky - 1) * W + ... mod H*W is itself inside
  * the image). The result equals e only where guard is true. */
 lm_expr lm_x_simplify_guarded(lm_exprs *x, lm_expr e, lm_expr guard, const lm_xctx *ctx);
+/* The guard's bounds on affine terms as facts (at most LM_X_GUARD_FACTS), a side the guard
+ * leaves open taken from the loops' extents: what may be assumed where a guarded access
+ * happens. Returns how many. */
+enum { LM_X_GUARD_FACTS = 8 };
+int lm_x_guard_facts(lm_exprs *x, lm_expr guard, const lm_xctx *ctx, lm_xfact f[LM_X_GUARD_FACTS]);
 /* 1 when a - b is provably >= 0 (respectively > 0, == 0) for every binding. */
 int lm_x_prove_ge(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);
 int lm_x_prove_gt(lm_exprs *x, lm_expr a, lm_expr b, const lm_xctx *ctx);

@@ -377,9 +377,43 @@ Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_cpu) { tanh_on("cpu"); }
 
 /* ================================================================ a step that is not env-local */
 
+/* A step and its kernels per scan on cpu, and its outputs and state on cpu and ref (the same
+ * float operations: bit for bit). */
+static int scan_vs_ref(lm_graph_t *(*build)(void), int64_t width, int64_t T, int64_t n) {
+  lm_graph_t *g = build();
+  check_rng r = check_rng_new(17);
+  size_t sn = (size_t)(n * width), tn = (size_t)T * (size_t)n;
+  float *h0 = rand_floats(&r, sn, -2, 2), *xs = rand_floats(&r, tn, -1, 1), *out[2], *hs[2];
+  int kernels = 0;
+  for (int i = 0; i < 2; i++) {
+    lm_backend_t *b = open_backend(backends[i]);
+    lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+    cr_assert(p, "%s: %s", backends[i], lm_last_error());
+    OK(lm_program_bind(p, "T", T));
+    OK(lm_program_bind(p, "N", n));
+    put(p, "h", h0, sn);
+    put(p, "x", xs, tn);
+    OK(lm_program_run(p));
+    out[i] = get(p, "y", tn);
+    hs[i] = get(p, "h", sn);
+    lm_program_stats st;
+    OK(lm_program_get_stats(p, &st));
+    if (i == 1) kernels = st.kernels;
+    lm_program_free(p);
+    lm_backend_free(b);
+  }
+  expect_bits("cpu vs ref: y", out[1], out[0], tn);
+  expect_bits("cpu vs ref: state h", hs[1], hs[0], sn);
+  for (int i = 0; i < 2; i++) free(out[i]), free(hs[i]);
+  free(h0);
+  free(xs);
+  lm_graph_free(g);
+  return kernels;
+}
+
 /* step: h' = 0.5 * (h - mean over envs of h) + x_t: every env reads every other env's carry,
  * so cpu cannot fuse the scan; it must still match ref (same float operations: bit for bit). */
-Test(scan, a_step_reading_other_envs_runs_step_by_step_on_cpu_and_matches_ref) {
+static lm_graph_t *mean_graph(void) {
   lm_graph_t *g = lm_graph_new();
   lm_dim N = lm_sym(g, "N");
   lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 1, (lm_dim[]){N});
@@ -387,35 +421,14 @@ Test(scan, a_step_reading_other_envs_runs_step_by_step_on_cpu_and_matches_ref) {
   lm_tensor h2 = lm_add(lm_mul_scalar(lm_sub(h, lm_mean(h, 0, 1)), 0.5f), x);
   OK(lm_output(h2, "y"));
   OK(lm_assign(h, h2));
-  const int64_t T = 7, n = 70;
-  check_rng r = check_rng_new(5);
-  float *h0 = rand_floats(&r, n, -3, 3), *xs = rand_floats(&r, T * n, -1, 1), *out[2], *hs[2];
-  for (int i = 0; i < 2; i++) {
-    lm_backend_t *b = open_backend(backends[i]);
-    lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
-    cr_assert(p, "%s: %s", backends[i], lm_last_error());
-    OK(lm_program_bind(p, "T", T));
-    OK(lm_program_bind(p, "N", n));
-    put(p, "h", h0, n);
-    put(p, "x", xs, T * n);
-    OK(lm_program_run(p));
-    out[i] = get(p, "y", T * n);
-    hs[i] = get(p, "h", n);
-    if (i == 1) {
-      lm_program_stats s;
-      OK(lm_program_get_stats(p, &s));
-      cr_assert(s.kernels >= T && s.kernels % T == 0, "%d kernels for %lld steps of a step that is not env-local",
-                s.kernels, (long long)T);
-    }
-    lm_program_free(p);
-    lm_backend_free(b);
-  }
-  expect_bits("cpu vs ref: y", out[1], out[0], T * n);
-  expect_bits("cpu vs ref: state h", hs[1], hs[0], n);
-  for (int i = 0; i < 2; i++) free(out[i]), free(hs[i]);
-  free(h0);
-  free(xs);
-  lm_graph_free(g);
+  return g;
+}
+
+Test(scan, a_step_reading_other_envs_runs_step_by_step_on_cpu_and_matches_ref) {
+  const int64_t T = 7;
+  int k = scan_vs_ref(mean_graph, 1, T, 70);
+  cr_assert(k >= T && k % T == 0, "%d kernels for %lld steps of a step that is not env-local", k,
+            (long long)T);
 }
 
 /* ================================================================ kernel counts on cpu */
@@ -459,6 +472,49 @@ Test(scan, env_local_recurrence_is_one_kernel_for_the_whole_scan_on_cpu) {
 Test(scan, env_local_tanh_matvec_step_is_one_kernel_for_the_whole_scan_on_cpu) {
   int k = scan_kernels(tanh_graph(), 16, 70);
   cr_assert_eq(k, 1, "the scan of a per-env matvec step took %d kernels per run", k);
+}
+
+/* step over h [N, 8]: a = h[:, 0:3] * 0.5 + x_t, c = h[:, 3:8] rolled by one inside its own
+ * row, copied (lm_contiguous: a buffer of its own in the step plan); h' = concat(a, c * 1.5),
+ * y = the sum of h'. Reading c into h' at columns 3..7 is a load at env*5 + column - 3, which
+ * is inside env's row only where the pad's window holds: the fusion takes a load's validity
+ * into account, and the scan is one kernel. */
+static lm_graph_t *concat_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, 8});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 1, (lm_dim[]){N});
+  lm_tensor a = lm_add(lm_mul_scalar(lm_slice(h, 1, 0, 3), 0.5f), lm_unsqueeze(x, 1));
+  lm_tensor c = lm_contiguous(lm_roll(lm_slice(h, 1, 3, 8), 1, 1));
+  lm_tensor h2 = lm_concat(a, lm_mul_scalar(c, 1.5f), 1);
+  OK(lm_output(lm_sum(h2, 1, 0), "y"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+Test(scan, a_step_concatenating_computed_rows_into_its_state_is_one_kernel_with_refs_bits) {
+  int k = scan_vs_ref(concat_graph, 8, 9, 70);
+  cr_assert_eq(k, 1, "the scan of a step that concatenates computed rows took %d kernels per run", k);
+}
+
+/* step over h [N, 2100]: h' = h * 0.75 + x_t, y = the sum of h'. A fused scan would hold the
+ * 2100 floats of each env's carry in local arrays, past compiler/scan.c's budget of 2048 per
+ * env: the step plan runs T times instead, with the same bits. */
+static lm_graph_t *wide_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, 2100});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 1, (lm_dim[]){N});
+  lm_tensor h2 = lm_add(lm_mul_scalar(h, 0.75f), lm_unsqueeze(x, 1));
+  OK(lm_output(lm_sum(h2, 1, 0), "y"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+Test(scan, a_step_holding_more_than_2048_floats_per_env_runs_as_its_step_plan_with_refs_bits) {
+  const int64_t T = 5;
+  int k = scan_vs_ref(wide_graph, 2100, T, 20);
+  cr_assert(k >= T && k % T == 0, "%d kernels for %lld steps of a step past the budget", k, (long long)T);
 }
 
 /* ================================================================ SIMD lanes (cpu) */
