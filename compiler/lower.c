@@ -395,6 +395,16 @@ static uint32_t eval(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr valid) 
   const lm_node *n = &g->nodes[id];
   int rank = n->shape.rank;
   if (L->st != LM_OK) return 0;
+  /* A guard over none of the index's variables (padding around a per-env value, read across a
+   * row's columns) cannot change which element is read: the value is the same at every point,
+   * valid or not (a guard that holds nowhere has no variables left: it stays), so it is
+   * computed unguarded, once, where its own index allows. */
+  uint64_t gv = lm_x_vars_used(&g->x, valid);
+  if (gv) {
+    uint64_t iv = 0;
+    for (int i = 0; i < rank; i++) iv |= lm_x_vars_used(&g->x, idx[i]);
+    if (!(iv & gv)) valid = lm_x_const(&g->x, 1);
+  }
   for (size_t i = 0; i < b->nmemo; i++) {
     const memo *m = &b->memo[i];
     if (m->node == id && m->valid == valid && !memcmp(m->idx, idx, (size_t)rank * sizeof *idx) &&

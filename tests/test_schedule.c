@@ -310,6 +310,33 @@ Test(schedule, matmul_bias_kernel_loads_the_bias_outside_the_reduction_loop) {
   lm_graph_free(g);
 }
 
+/* y = concat(2 x, sum(x) repeated 3 times) over rows of x [N, 6]: the row's sum is read in the
+ * pad's window of each row, under a guard on the column that its own index does not use. It is
+ * computed once per row, outside the loop over the row's 9 columns (compiler/lower.c evaluates
+ * a value unguarded when the guard names none of its index's variables), not once per column;
+ * the values are ref's. */
+Test(schedule, a_row_value_padded_across_the_rows_columns_is_computed_once_per_row) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 6});
+  OK(lm_output(lm_concat(lm_mul_scalar(x, 2.0f), lm_expand(lm_sum(x, 1, 0), 1, 3), 1), "y"));
+  lowered l = lower(g);
+  expect_kernels(&l, 1, 1, "a row and its sum");
+  int col_depth = -1, sum_depth = -1, sums = 0;
+  char *text = strdup(l.text);
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    if (strstr(line, "par i") && strstr(line, "< 9")) col_depth = depth_of(line);
+    if (strstr(line, "for i") && strstr(line, "< 6")) sum_depth = depth_of(line), sums++;
+  }
+  free(text);
+  cr_assert(col_depth >= 0 && sum_depth >= 0, "no column loop or no sum loop:\n%s", l.text);
+  cr_assert_eq(sums, 1, "the sum is taken %d times:\n%s", sums, l.text);
+  cr_assert_eq(sum_depth, col_depth, "the row's sum sits inside the loop over its columns:\n%s", l.text);
+  lowered_free(&l);
+  run_both(g, 19, (feed[]){{"x", -1, 1}}, 1, (const char *[]){"y"}, 1);
+  lm_graph_free(g);
+}
+
 /* A sum over the batch per output (a bias gradient: [N, 64] -> [64]) and the value head's
  * weight gradient (x^T dy: [N, 64] x [N, 1] -> [64, 1], with a parallel loop of extent 1) have
  * one parallel loop of 64 outputs: the cpu schedule splits it 8 x 8 and moves the inner 8 inside
