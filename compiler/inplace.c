@@ -143,29 +143,39 @@ static int try_copy(ip *c, size_t ci) {
   if (P == UINT32_MAX || k->stmts[P].loop < 0 || k->stmts[P].loop == c->B) return 0;
   int32_t pi = top_item(c, k->stmts[P].loop);
   if (pi < 0 || (size_t)pi >= ci) return 0;
-  for (size_t i = 0; i < k->nstmts; i++) /* other reads of src: after P's loop, where dst holds the same */
-    if (k->stmts[i].local && k->stmts[i].op == LM_S_LOAD && k->stmts[i].buf == src && i != ld &&
-        stmt_item(c, (uint32_t)i) <= pi)
+  /* other reads of src: after P's loop, where dst holds the same, or after P in P's own loop at
+   * P's element (a sticky action, both the next carry and what the rest of the step acts on):
+   * P then stays where it is */
+  const lm_block *pb = &k->loops[k->stmts[P].loop].body;
+  size_t ppos = lm_block_find(pb, 0, P);
+  int src_after_P = 0;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (!s->local || s->op != LM_S_LOAD || s->buf != src || i == ld || stmt_item(c, (uint32_t)i) > pi) continue;
+    if (s->loop != k->stmts[P].loop || s->idx != k->stmts[P].idx || !lm_x_is_const(c->x, s->valid, 1) ||
+        lm_block_find(pb, 0, (uint32_t)i) < ppos)
       return 0;
+    src_after_P = 1;
+  }
   /* P's loops down from B and the copy's, loops of extent 1 aside (their variables are 0): the
    * same extents, and P's index maps onto the copy's */
-  lm_expr map[64] = {0}, cmap[64] = {0};
+  lm_expr *map = lm_calloc(2 * k->nloops + 1, sizeof *map), *cmap = map + k->nloops;
   int pn = 0, cn = 0;
-  if (k->nloops > 64) return 0;
+  if (!map) return 0;
   for (int32_t l = k->stmts[P].loop; l != c->B; l = k->loops[l].parent) {
-    if (k->loops[l].kind == LM_L_SPARSE) return 0; /* P may skip elements the copy would copy */
+    if (k->loops[l].kind == LM_L_SPARSE) goto no; /* P may skip elements the copy would copy */
     if (lm_x_is_const(c->x, k->loops[l].extent, 1)) map[l] = lm_x_const(c->x, 0);
-    else if (pn == MAX_DEPTH) return 0;
+    else if (pn == MAX_DEPTH) goto no;
     else pchain[pn++] = l;
   }
   for (int i = 0; i < n; i++) {
     if (lm_x_is_const(c->x, k->loops[chain[i]].extent, 1)) cmap[chain[i]] = lm_x_const(c->x, 0);
     else cchain[cn++] = chain[i];
   }
-  if (pn != cn) return 0;
+  if (pn != cn) goto no;
   for (int i = 0; i < cn; i++) {
     int32_t pl = pchain[pn - 1 - i];
-    if (k->loops[pl].extent != k->loops[cchain[i]].extent) return 0;
+    if (k->loops[pl].extent != k->loops[cchain[i]].extent) goto no;
     map[pl] = lm_x_var(c->x, cchain[i]);
   }
   const lm_stmt *ps = &k->stmts[P];
@@ -173,20 +183,22 @@ static int try_copy(ip *c, size_t ci) {
   if (!lm_x_is_const(c->x, ps->valid, 1) || !injective(c, ps, pchain, pn) ||
       lm_x_simplify(c->x, lm_x_subst(c->x, ps->idx, map, nm), NULL) !=
           lm_x_simplify(c->x, lm_x_subst(c->x, k->stmts[st].idx, cmap, nm), NULL))
-    return 0;
+    goto no;
   for (size_t i = 0; i < k->nstmts; i++) { /* dst: read before P's item or at P's element in P's loop */
     const lm_stmt *s = &k->stmts[i];
     if (!s->local || s->buf != dst || i == st || (s->op != LM_S_LOAD && s->op != LM_S_STORE)) continue;
     int32_t ti = stmt_item(c, (uint32_t)i);
     if (ti < 0) continue; /* outside B: before or after the whole of it */
-    if (s->op == LM_S_STORE) return 0;
+    if (s->op == LM_S_STORE) goto no;
     if (ti < pi) continue;
-    if (s->loop != ps->loop || s->idx != ps->idx || !lm_x_is_const(c->x, s->valid, 1)) return 0;
+    if (s->loop != ps->loop || s->idx != ps->idx || !lm_x_is_const(c->x, s->valid, 1)) goto no;
+    if (src_after_P && lm_block_find(pb, 0, (uint32_t)i) > ppos) goto no; /* it wants the old value */
   }
+  lm_free(map);
   k->stmts[P].buf = dst;
   for (size_t i = 0; i < k->nstmts; i++)
     if (k->stmts[i].local && k->stmts[i].op == LM_S_LOAD && k->stmts[i].buf == src && i != ld) k->stmts[i].buf = dst;
-  to_end(k, P);
+  if (!src_after_P) to_end(k, P); /* after its loop's reads of dst's old value */
   memmove(&bb->items[ci], &bb->items[ci + 1], (bb->n - ci - 1) * sizeof *bb->items);
   bb->n--;
   /* the copy's loops are in no block now and hold nothing; its statements become inert constants */
@@ -194,6 +206,9 @@ static int try_copy(ip *c, size_t ci) {
   k->stmts[st] = (lm_stmt){.op = LM_S_CONST, .loop = k->stmts[st].loop};
   for (int i = 0; i < n; i++) k->loops[chain[i]].body.n = 0;
   return 1;
+no:
+  lm_free(map);
+  return 0;
 }
 
 int lm_lanes_inplace(lm_kernel *k, lm_exprs *x) {
