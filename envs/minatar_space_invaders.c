@@ -41,42 +41,26 @@ static const float reset_scalars[S_SCALARS] = {5, -1, ENEMY_MOVE_INTERVAL, ENEMY
 
 /* ---------------------------------------------------------------- graph helpers
  *
- * The maps are worked on in the state's own columns, [N, 308] with cell (y, x) of the map at
- * `at` in column at + 10 y + x (and 0 in the other maps' columns). Every read is at an index the
- * compiler can bound inside its own env's row: a state column, a roll of the state (an index mod
- * 308: np.roll, then a constant mask clearing what wrapped), or the moved alien map's cells
- * [N, 100] read at (c - 8) mod 100 (tile()). So the cpu compiler keeps the scanned step in one
- * env-local kernel (compiler/scan.c proves env-locality from the index alone, not from a pad's
- * validity: an offset pad over a computed value, or a reshape under one, reads other envs as far
- * as it can tell, and the step falls apart into a kernel per stage and step). Grids
- * [N, 10, 10] appear only as reshapes feeding reductions (column sums, the lowest alien);
- * per-env values reach a cell by comparing with a constant index: lm_arange, a sum of
- * log2(n) padded constants, recomputed for every column of every step where it is read, so
- * each index is one arange (not rows times 10 plus columns). */
+ * Each map is worked on as its cells, [N, 100]: a slice of the state's columns (cell (y, x) of
+ * the map at `at` is column at + 10 y + x), moved with lm_roll (a view: np.roll, an index mod
+ * 100, then a constant mask clearing what wrapped), and the new state is the scalars and the
+ * three maps concatenated (pads). Every read stays inside its env's row, which the cpu scan
+ * proves (a padded read inside its pad's window: compiler/scan.c), so the scanned step is one
+ * env-local kernel. Values shared by many cells are made local arrays with lm_contiguous over
+ * a view that moves elements (a roll, a slice of a wider row); over a whole computed value it
+ * would be no copy at all. Grids [N, 10, 10] appear only as reshapes feeding reductions (column
+ * sums, the lowest alien); per-env values reach a cell by comparing with a constant index. */
 
 static lm_tensor cst(lm_graph_t *g, float v) { return lm_const(g, v); }
 
-/* [100] constant as the columns of the map at `at`, [308] (0 elsewhere) */
-static lm_tensor wide(lm_tensor cells, int at) { return lm_pad(cells, 0, at, S_SIZE - at - CELLS); }
-
-/* the map at `at` of x [N, 308] as a grid [N, 10, 10] (for reductions) */
-static lm_tensor grid(lm_tensor x, int at) {
-  return lm_reshape(lm_slice(x, 1, at, at + CELLS), 3, (lm_dim[]){lm_dim_of(x, 0), H, W});
-}
-
-/* row y of the map at `at`, [N, 10] */
-static lm_tensor row_of(lm_tensor x, int at, int y) { return lm_slice(x, 1, at + y * W, at + (y + 1) * W); }
+/* cells [..., 100] as the columns of the map at `at`, [..., 308] (0 elsewhere) */
+static lm_tensor wide(lm_tensor cells, int at) { return lm_pad(cells, lm_rank(cells) - 1, at, S_SIZE - at - CELLS); }
 
 /* [10]: 0, 1, ..., 9 */
 static lm_tensor ramp(lm_graph_t *g) { return lm_arange(g, W); }
 
 /* [100]: 10 y + x, each cell's index */
 static lm_tensor cell_index(lm_graph_t *g) { return lm_arange(g, CELLS); }
-
-/* [308]: each map column's index in the state (0 on the scalars' columns) */
-static lm_tensor column_index(lm_graph_t *g) {
-  return lm_pad(lm_add(lm_arange(g, S_SIZE - S_ALIEN), cst(g, (float)S_ALIEN)), 0, S_ALIEN, 0);
-}
 
 /* [100]: 1 on the cells of rows y0 .. y1 - 1 and columns x0 .. x1 - 1 */
 static lm_tensor block(lm_graph_t *g, int y0, int y1, int x0, int x1) {
@@ -85,33 +69,37 @@ static lm_tensor block(lm_graph_t *g, int y0, int y1, int x0, int x1) {
   return lm_reshape(b, 1, (lm_dim[]){CELLS});
 }
 
-/* x [N, 308] with its columns moved by `by` (np.roll along the state), kept on the cells of
- * mask [100] of the map at `at` (0 elsewhere) */
-static lm_tensor moved(lm_tensor x, int by, int at, lm_tensor mask) {
-  return lm_mul(lm_roll(x, 1, by), wide(mask, at));
-}
-
-/* [N, 100] cells as every map's columns of the state, [N, 308]: column c holds cell
- * (c - 8) mod 100 (a view: the cells repeated, read at an index mod 100) */
-static lm_tensor tile(lm_tensor cells) {
-  lm_dim n = lm_dim_of(cells, 0);
-  lm_tensor rep = lm_reshape(lm_expand(cells, 1, 4), 2, (lm_dim[]){n, 4 * CELLS});
-  return lm_slice(rep, 1, CELLS - S_ALIEN, CELLS - S_ALIEN + S_SIZE);
-}
-
 /* one-hot of x [N] over a row, [N, 10] (0 off the board) */
 static lm_tensor column_mask(lm_tensor x) { return lm_eq(lm_unsqueeze(x, 1), ramp(x.g)); }
 
 /* the cell of a [N, 10] row at the one-hot mask [N, 10], as [N] */
 static lm_tensor row_at(lm_tensor row, lm_tensor mask) { return lm_sum(lm_mul(row, mask), 1, 0); }
 
-/* [N, 308]: 1 at the state column `col` [N] (a map's column) where `where` [N] is 1 */
-static lm_tensor column_at(lm_tensor col, lm_tensor where) {
-  return lm_mul(lm_eq(column_index(col.g), lm_unsqueeze(col, 1)), lm_unsqueeze(where, 1));
-}
-
 /* c ? a : b per env over the state's columns (c [N] in {0, 1}) */
 static lm_tensor sel(lm_tensor c, lm_tensor a, lm_tensor b) { return lm_env_select(lm_unsqueeze(c, 1), a, b); }
+
+/* x [N, 308] with its columns moved by `by` (np.roll along the state), kept on the cells of
+ * mask [100] of the map at `at` (0 elsewhere) */
+static lm_tensor moved(lm_tensor x, int by, int at, lm_tensor mask) {
+  return lm_mul(lm_roll(x, 1, by), wide(mask, at));
+}
+
+/* the map at `at` of the state, [N, 100] */
+static lm_tensor map_of(lm_tensor s, int at) { return lm_slice(s, 1, at, at + CELLS); }
+
+/* a map [N, 100] as a grid [N, 10, 10] (for reductions) */
+static lm_tensor grid(lm_tensor m) { return lm_reshape(m, 3, (lm_dim[]){lm_dim_of(m, 0), H, W}); }
+
+/* row y of a map [N, 100], [N, 10] */
+static lm_tensor row_of(lm_tensor m, int y) { return lm_slice(m, 1, y * W, (y + 1) * W); }
+
+/* np.roll of a map's cells by `by` (a row is 10 cells), kept on the cells of mask [100] */
+static lm_tensor shifted(lm_tensor m, int by, lm_tensor mask) { return lm_mul(lm_roll(m, 1, by), mask); }
+
+/* [N, 100]: 1 at cell `cell` [N] where `where` [N] is 1 */
+static lm_tensor cell_at(lm_tensor cell, lm_tensor where) {
+  return lm_mul(lm_eq(cell_index(cell.g), lm_unsqueeze(cell, 1)), lm_unsqueeze(where, 1));
+}
 
 /* ---------------------------------------------------------------- graphs */
 
@@ -128,14 +116,14 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
   lm_tensor pos = lm_env_col(s, S_POS), dir = lm_env_col(s, S_DIR), emi = lm_env_col(s, S_EMI);
   lm_tensor amt = lm_env_col(s, S_AMT), ast = lm_env_col(s, S_AST), ramp_index = lm_env_col(s, S_RAMP);
   lm_tensor shot = lm_env_col(s, S_SHOT), term0 = lm_env_col(s, S_TERM);
-  lm_tensor all = block(g, 0, H, 0, W);
+  lm_tensor alien0 = map_of(s, S_ALIEN), fbul0 = map_of(s, S_FBUL), ebul0 = map_of(s, S_EBUL);
 
   /* if a == 'f' and shot_timer == 0: f_bullet_map[9, pos] = 1; shot_timer = 5
    * elif a == 'l': pos = max(0, pos - 1)   elif a == 'r': pos = min(9, pos + 1) */
   lm_tensor fire = lm_mul(lm_eq(a, cst(g, A_FIRE)), lm_eq(shot, zero));
   /* set to 1: what the new bullet adds to the cell (9, pos) */
-  lm_tensor fired = lm_mul(fire, lm_sub(one, row_at(row_of(s, S_FBUL, H - 1), column_mask(pos))));
-  lm_tensor fired_col = lm_add(pos, cst(g, S_FBUL + (H - 2) * W)); /* where it is once moved: (8, pos) */
+  lm_tensor fired = lm_mul(fire, lm_sub(one, row_at(row_of(fbul0, H - 1), column_mask(pos))));
+  lm_tensor fired_cell = lm_add(pos, cst(g, (H - 2) * W)); /* where it is once moved: (8, pos) */
   shot = lm_env_select(fire, cst(g, SHOT_COOL_DOWN), shot);
   lm_tensor go_left = lm_mul(lm_eq(a, cst(g, A_LEFT)), lm_gt(pos, zero));
   lm_tensor go_right = lm_mul(lm_eq(a, cst(g, A_RIGHT)), lm_lt(pos, cst(g, W - 1)));
@@ -143,16 +131,16 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
   lm_tensor at_pos = column_mask(pos); /* the cannon's column, [N, 10] */
 
   /* f_bullet_map = roll(f_bullet_map, -1, axis=0); f_bullet_map[9, :] = 0 (rows move up a row
-   * of 10 columns; row 0, wrapped to row 9, is cleared); the bullet just fired lands on row 8 */
-  lm_tensor fbul = lm_add(moved(s, -W, S_FBUL, block(g, 0, H - 1, 0, W)), column_at(fired_col, fired));
+   * of 10 cells; row 0, wrapped to row 9, is cleared); the bullet just fired lands on row 8 */
+  lm_tensor fbul = lm_add(shifted(fbul0, -W, block(g, 0, H - 1, 0, W)), cell_at(fired_cell, fired));
 
   /* e_bullet_map = roll(e_bullet_map, 1, axis=0); e_bullet_map[0, :] = 0;
    * if e_bullet_map[9, pos]: terminal */
-  lm_tensor ebul = moved(s, W, S_EBUL, block(g, 1, H, 0, W));
-  lm_tensor hit_bullet = row_at(row_of(ebul, S_EBUL, H - 1), at_pos);
+  lm_tensor ebul = lm_mul(lm_contiguous(lm_roll(ebul0, 1, W)), block(g, 1, H, 0, W)); /* (*) */
+  lm_tensor hit_bullet = row_at(row_of(ebul, H - 1), at_pos);
 
   /* if alien_map[9, pos]: terminal */
-  lm_tensor hit_alien = row_at(row_of(s, S_ALIEN, H - 1), at_pos);
+  lm_tensor hit_alien = row_at(row_of(alien0, H - 1), at_pos);
 
   /* if alien_move_timer == 0:
    *   alien_move_timer = min(count_nonzero(alien_map), enemy_move_interval)
@@ -161,12 +149,12 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
    *     alien_map = roll(alien_map, 1, axis=0)
    *   else: alien_map = roll(alien_map, alien_dir, axis=1)
    *   if alien_map[9, pos]: terminal
-   * The roll down wraps row 9 to row 0, as in the game. The sideways roll never wraps an alien:
-   * it is taken only when the column it would wrap from (9 moving right, 0 moving left) is
-   * empty, so it is a move by one column with the column that wrapped cleared. alien_dir is -1
-   * or 1. */
+   * The roll down wraps row 9 to row 0, as in the game: a roll of the cells by a row. The
+   * sideways roll never wraps an alien: it is taken only when the column it would wrap from (9
+   * moving right, 0 moving left) is empty, so it is a move by one cell with the column that
+   * wrapped cleared. alien_dir is -1 or 1. */
   lm_tensor move = lm_eq(amt, zero);
-  lm_tensor per_column = lm_sum(grid(s, S_ALIEN), 1, 0); /* [N, 10]: aliens in each column */
+  lm_tensor per_column = lm_sum(grid(alien0), 1, 0); /* [N, 10]: aliens in each column */
   lm_tensor count = lm_sum(per_column, 1, 0);
   amt = lm_env_select(move, lm_minimum(count, emi), amt);
   lm_tensor dir_left = lm_lt(dir, zero), dir_right = lm_gt(dir, zero);
@@ -174,18 +162,16 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
   lm_tensor bounce = lm_add(lm_mul(at_left, dir_left), lm_mul(at_right, dir_right)); /* never both */
   lm_tensor flip = lm_mul(move, bounce);
   dir = lm_env_select(flip, lm_neg(dir), dir);
-  lm_tensor hit_wall = lm_mul(flip, lm_gt(lm_sum(row_of(s, S_ALIEN, H - 1), 1, 0), zero));
-  lm_tensor down = lm_add(moved(s, W, S_ALIEN, block(g, 1, H, 0, W)),              /* rows 0..8 down */
-                          moved(s, W - CELLS, S_ALIEN, block(g, 0, 1, 0, W))); /* row 9 to row 0 */
+  lm_tensor hit_wall = lm_mul(flip, lm_gt(lm_sum(row_of(alien0, H - 1), 1, 0), zero));
+  lm_tensor down = wide(lm_roll(alien0, 1, W), S_ALIEN);
   lm_tensor sideways =
       sel(dir_right, moved(s, 1, S_ALIEN, block(g, 0, H, 1, W)), moved(s, -1, S_ALIEN, block(g, 0, H, 0, W - 1)));
-  lm_tensor moved_map = sel(move, sel(bounce, down, sideways), lm_mul(s, wide(all, S_ALIEN)));
-  /* the moved map's cells [N, 100], computed once (a contiguous copy of the map's columns: a
-   * contiguous of the whole value would be a no-op to the compiler); what follows reads them,
-   * tile() putting them back on the state's columns */
-  lm_tensor cells = lm_contiguous(lm_slice(moved_map, 1, S_ALIEN, S_ALIEN + CELLS));
-  lm_tensor alien = lm_mul(tile(cells), wide(all, S_ALIEN));
-  lm_tensor hit_moved = lm_mul(move, row_at(lm_slice(cells, 1, (H - 1) * W, CELLS), at_pos));
+  lm_tensor moved_map = sel(move, sel(bounce, down, sideways), s);
+  /* the moved map's cells [N, 100], read by everything below, computed once: the moved map is
+   * built over the state's columns so that its cells are a slice of it, which lm_contiguous
+   * copies into a local array */
+  lm_tensor cells = lm_contiguous(map_of(moved_map, S_ALIEN));
+  lm_tensor hit_moved = lm_mul(move, row_at(row_of(cells, H - 1), at_pos));
 
   /* if alien_shot_timer == 0: alien_shot_timer = 10; e_bullet_map[_nearest_alien(pos)] = 1, where
    * _nearest_alien scans the columns by |x - pos| (a stable sort: the left one first on a tie)
@@ -195,25 +181,25 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
    * end of every step), and the graph then shoots nothing. */
   lm_tensor shoot = lm_eq(ast, zero);
   ast = lm_env_select(shoot, cst(g, ENEMY_SHOT_INTERVAL), ast);
-  lm_tensor x = ramp(g), has = lm_gt(lm_sum(grid(cells, 0), 1, 0), zero); /* [10], [N, 10] */
+  lm_tensor cells_per_column = lm_sum(grid(cells), 1, 0); /* [N, 10] */
+  lm_tensor x = ramp(g), has = lm_gt(cells_per_column, zero); /* [10], [N, 10] */
   lm_tensor d = lm_sub(x, lm_unsqueeze(pos, 1));
   lm_tensor key = lm_add(lm_add(lm_mul(lm_abs(d), cst(g, 2.0f)), lm_gt(d, zero)),
                          lm_mul(lm_sub(one, has), cst(g, 2.0f * W)));
   lm_tensor shooter = lm_mul(lm_eq(key, lm_unsqueeze(lm_min(key, 1, 0), 1)), has); /* [N, 10]: its column, or 0 */
   lm_tensor y1 = lm_add(x, one);                                                        /* row + 1 */
-  lm_tensor lowest = lm_max(lm_mul(grid(cells, 0), lm_unsqueeze(y1, 1)), 1, 0); /* [N, 10]: lowest row + 1 */
-  lm_tensor shot_col = lm_add(lm_mul(lm_add(row_at(lowest, shooter), cst(g, -1.0f)), cst(g, W)),
-                              lm_add(row_at(x, shooter), cst(g, S_EBUL)));
+  lm_tensor lowest = lm_max(lm_mul(grid(cells), lm_unsqueeze(y1, 1)), 1, 0); /* [N, 10]: lowest row + 1 */
+  lm_tensor shot_cell = lm_add(lm_mul(lm_add(row_at(lowest, shooter), cst(g, -1.0f)), cst(g, W)), row_at(x, shooter));
   lm_tensor shoots = lm_mul(shoot, lm_sum(shooter, 1, 0)); /* and there is an alien */
-  lm_tensor shot_cell = column_at(shot_col, shoots);
-  ebul = lm_add(ebul, lm_mul(shot_cell, lm_sub(one, ebul)));
+  lm_tensor shot_at = cell_at(shot_cell, shoots);
+  ebul = lm_add(ebul, lm_mul(shot_at, lm_sub(one, ebul)));
 
   /* kill_locations = logical_and(alien_map, alien_map == f_bullet_map); r += sum(kill_locations);
    * alien_map[kill_locations] = f_bullet_map[kill_locations] = 0 (maps hold 0 and 1: the kills
-   * are the product, on the bullet map's columns; the alien map's are 100 columns before) */
-  lm_tensor kill = lm_mul(fbul, tile(cells));
-  lm_tensor reward = lm_sum(lm_slice(kill, 1, S_FBUL, S_FBUL + CELLS), 1, 0);
-  alien = lm_sub(alien, lm_roll(kill, 1, -CELLS));
+   * are the product) */
+  lm_tensor kill = lm_mul(fbul, cells);
+  lm_tensor reward = lm_sum(kill, 1, 0);
+  lm_tensor alien = lm_sub(cells, kill);
   fbul = lm_sub(fbul, kill);
 
   /* shot_timer -= shot_timer > 0; alien_move_timer -= 1; alien_shot_timer -= 1 */
@@ -224,17 +210,19 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
   /* if count_nonzero(alien_map) == 0:
    *   if enemy_move_interval > 6 and ramping: enemy_move_interval -= 1; ramp_index += 1
    *   alien_map[0:4, 2:8] = 1 */
-  lm_tensor cleared = lm_eq(lm_sum(lm_slice(alien, 1, S_ALIEN, S_ALIEN + CELLS), 1, 0), zero);
+  lm_tensor cleared = lm_eq(lm_sub(lm_sum(cells_per_column, 1, 0), reward), zero); /* the kills are aliens */
   lm_tensor faster = lm_mul(cleared, lm_gt(emi, cst(g, MIN_MOVE_INTERVAL)));
   emi = lm_sub(emi, faster);
   ramp_index = lm_add(ramp_index, faster);
-  alien = lm_add(alien, lm_mul(lm_unsqueeze(cleared, 1), wide(block(g, 0, 4, 2, 8), S_ALIEN)));
+  alien = lm_add(alien, lm_mul(lm_unsqueeze(cleared, 1), block(g, 0, 4, 2, 8)));
 
-  /* if terminal: return 0, terminal (the state as it was) */
+  /* if terminal: return 0, terminal (the state as it was). (*) Every cell of the new state is
+   * computed from cells at its own index or from local arrays (the moved enemy bullets were
+   * copied into one), so the cpu kernel writes the new state over the old in place
+   * (compiler/inplace.c). */
   lm_tensor term = lm_gt(lm_add(lm_add(hit_bullet, hit_alien), lm_add(hit_wall, hit_moved)), cst(g, 0.5f));
   lm_tensor cols[S_SCALARS] = {pos, dir, emi, amt, ast, ramp_index, shot, term};
-  lm_tensor next = lm_pad(lm_env_stack(cols, S_SCALARS), 1, 0, S_SIZE - S_SCALARS);
-  next = lm_add(next, lm_add(alien, lm_add(fbul, ebul)));
+  lm_tensor next = lm_concat(lm_concat(lm_concat(lm_env_stack(cols, S_SCALARS), alien, 1), fbul, 1), ebul, 1);
   out->state = sel(term0, s, next);
   out->reward = lm_env_select(term0, zero, reward);
   out->terminated = lm_env_select(term0, one, term);

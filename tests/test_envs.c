@@ -1032,10 +1032,12 @@ static void lane_kernel_check(const char *env, int (*count)(const char *dir), co
 }
 
 /* Breakout: 108 state columns x 64 lanes, more points than the in-place pass once enumerated
- * (4096); every value a small integer, so cpu and ref agree bit for bit. */
+ * (4096); Space Invaders: a kernel of more than 64 loops (the pass once gave up on those); every
+ * value a small integer, so cpu and ref agree bit for bit. */
 Test(lazy, the_lane_kernel_stores_the_new_carried_state_in_place_with_refs_bits) {
   lane_kernel_check("pointmass", copies_in_dump, "end-of-step copies"); /* sqrt alone: libm's bits */
   lane_kernel_check("minatar-breakout", copies_in_dump, "end-of-step copies");
+  lane_kernel_check("minatar-space-invaders", copies_in_dump, "end-of-step copies");
 }
 
 /* compiler/render.c (choose_speculation): in the C source no local array is read under a guard
