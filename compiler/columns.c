@@ -494,3 +494,96 @@ int lm_lanes_index(lm_kernel *k, lm_exprs *x) {
   lm_free(vars);
   return made < 0 || x->failed ? -1 : made;
 }
+
+/* ---- a finite kernel's zeros folded (the cpu; lm_graph_promise_finite) ----------------------
+ * Not a rule: x * 0 = 0 and x + 0 = x hold only for finite x with zeros' signs unobserved,
+ * which the graph promises and the search's rewrites may not assume. Pads and one-hot masks
+ * leave such zeros after the lowering and the splits: a map's columns outside a pad's window
+ * compute 0 * x, sum 0 + x, and a lane's running sum adds 0 * (a test) at every column. Here
+ * x * 0 is 0, x + 0 is x, two constants combine, a padding of 0 is 0, and a store of what a
+ * load just read from the same element of a local array (nothing stored to it between) is
+ * dropped, to a fixed point; render.c's liveness drops what nothing uses any more. */
+static int is_zero(const lm_kernel *k, uint32_t id) { return k->stmts[id].op == LM_S_CONST && k->stmts[id].f == 0.0f; }
+
+/* s's operands renamed through rep, then s folded when it can be: 1 changed, 0 not. */
+static int fold_stmt(lm_kernel *k, lm_exprs *x, uint32_t i, uint32_t *rep) {
+  lm_stmt *s = &k->stmts[i];
+  int m = lm_sop_operands(s->op), changed = 0;
+  if ((m & LM_OPND_A) && s->op != LM_S_ACC_SUM && s->op != LM_S_ACC_MAX && rep[s->a] != s->a)
+    s->a = rep[s->a], changed = 1;
+  if ((m & LM_OPND_B) && rep[s->b] != s->b) s->b = rep[s->b], changed = 1;
+  const lm_stmt *a = &k->stmts[s->a], *b = &k->stmts[s->b];
+  int ca = (m & LM_OPND_A) && a->op == LM_S_CONST, cb = (m & LM_OPND_B) && b->op == LM_S_CONST;
+  float f = NAN;
+  switch (s->op) {
+  case LM_S_MUL:
+    if (is_zero(k, s->a) || is_zero(k, s->b)) f = 0.0f;
+    else if (ca && cb) f = a->f * b->f;
+    break;
+  case LM_S_ADD:
+    if (ca && cb) f = a->f + b->f;
+    else if (is_zero(k, s->a) || is_zero(k, s->b)) {
+      uint32_t to = is_zero(k, s->a) ? s->b : s->a;
+      if (rep[i] == to) return changed;
+      rep[i] = to;
+      return 1;
+    }
+    break;
+  case LM_S_LT:
+    if (ca && cb) f = a->f < b->f ? 1.0f : 0.0f;
+    break;
+  case LM_S_MAX:
+    if (ca && cb) f = fmaxf(a->f, b->f);
+    break;
+  case LM_S_SELECT:
+  case LM_S_LOAD:
+    if (s->valid && lm_x_is_const(x, s->valid, 0)) f = 0.0f;
+    else if (s->op == LM_S_SELECT && is_zero(k, s->a)) f = 0.0f;
+    break;
+  default: break;
+  }
+  if (!isfinite(f)) return changed;
+  *s = (lm_stmt){.op = LM_S_CONST, .loop = s->loop, .f = f};
+  return 1;
+}
+
+/* A store to local array element e of the value a load of e read in the same block, with no
+ * loop and no store to that array between them: the array holds that value already. */
+static int idle_store(const lm_kernel *k, lm_exprs *x, const lm_block *b, size_t at) {
+  const lm_stmt *st = &k->stmts[b->items[at].id], *ld = &k->stmts[st->a];
+  if (!st->local || ld->op != LM_S_LOAD || !ld->local || ld->buf != st->buf || ld->idx != st->idx ||
+      ld->loop != st->loop || (ld->valid && !lm_x_is_const(x, ld->valid, 1)))
+    return 0;
+  size_t from = lm_block_find(b, 0, st->a);
+  if (from >= at) return 0;
+  for (size_t j = from + 1; j < at; j++) {
+    const lm_stmt *t = &k->stmts[b->items[j].id];
+    if (b->items[j].is_loop || (t->op == LM_S_STORE && t->local && t->buf == st->buf)) return 0;
+  }
+  return 1;
+}
+
+int lm_fold_finite(lm_kernel *k, lm_exprs *x) {
+  uint32_t *rep = lm_malloc((k->nstmts + 1) * sizeof *rep);
+  if (!rep) return -1;
+  int made = 0, changed = 1;
+  for (uint32_t i = 0; i < k->nstmts; i++) rep[i] = i;
+  while (changed) {
+    changed = 0;
+    for (uint32_t i = 0; i < k->nstmts; i++) changed |= fold_stmt(k, x, i, rep);
+    for (uint32_t i = 0; i < k->nstmts; i++) /* chains of renames end where they cannot go on */
+      while (rep[rep[i]] != rep[i]) rep[i] = rep[rep[i]];
+    made += changed;
+  }
+  for (size_t l = 0; l <= k->nloops; l++) {
+    const lm_block *b = l < k->nloops ? &k->loops[l].body : &k->root;
+    for (size_t i = 0; i < b->n; i++)
+      if (!b->items[i].is_loop && k->stmts[b->items[i].id].op == LM_S_STORE && idle_store(k, x, b, i)) {
+        lm_stmt *st = &k->stmts[b->items[i].id];
+        *st = (lm_stmt){.op = LM_S_CONST, .loop = st->loop};
+        made++;
+      }
+  }
+  lm_free(rep);
+  return made;
+}

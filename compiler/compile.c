@@ -81,10 +81,18 @@ static int run_columns(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_columns
 static int run_lazy(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_lazy); }
 static int run_index(pass_ctx *c) { return on_lane_kernels(c, lm_lanes_index); }
 static int run_gpu(pass_ctx *c) { return lm_schedule_gpu(c->plan, c->opts->gpu); }
-/* Marks the kernels of a graph that promises finite values; render.c prints them so. Not a
- * rule: the search's rewrites hold for every input, and these hold only for finite ones. */
+/* Marks the kernels of a graph that promises finite values; render.c prints them so, and on
+ * the cpu their zeros fold (columns.c, lm_fold_finite). Not a rule: the search's rewrites hold
+ * for every input, and these hold only for finite ones. */
 static int run_finite(pass_ctx *c) {
-  for (size_t i = 0; i < c->plan->nkernels; i++) c->plan->kernels[i].finite = 1;
+  int n = 0;
+  for (size_t i = 0; i < c->plan->nkernels; i++) {
+    c->plan->kernels[i].finite = 1;
+    int r = c->opts->join ? lm_fold_finite(&c->plan->kernels[i], &c->plan->g->x) : 0; /* the cpu */
+    if (r < 0) return r;
+    n += r;
+  }
+  if (n) lm_plan_liveness(c->plan);
   return (int)c->plan->nkernels;
 }
 
@@ -150,7 +158,7 @@ static const pass passes[] = {
       "matmuls tiled through shared memory, reductions as trees, weights staged (gpu.c)"},
      DEVICE, when_gpu, run_gpu},
     {{"finite", "c", "its graph promises finite values", "LUMEN_NO_FINITE",
-      "arithmetic selects over a proved 0/1 flag printed as selects, x * 0 as 0, one-hot reads as gathers (render.c)"},
+      "x * 0 as 0 and x + 0 as x, stores of what was just read dropped (columns.c); arithmetic selects over a proved 0/1 flag printed as selects, one-hot reads as gathers (render.c)"},
      DEVICE, when_finite, run_finite},
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };

@@ -181,6 +181,11 @@ int lm_lanes_split(lm_kernel *k, lm_exprs *x);
  * lm_arange's binary digits) replaced by one LM_S_INDEX (compiler/columns.c); the same values.
  * Returns how many, -1 when memory ran out. */
 int lm_lanes_index(lm_kernel *k, lm_exprs *x);
+/* A kernel of a graph that promises finite values (lm_graph_promise_finite): x * 0 as 0, x + 0
+ * as x, constants combined, stores of what was just read from the same local element dropped
+ * (compiler/columns.c); the same values up to zeros' signs. Returns how many rounds and stores
+ * changed something, -1 when memory ran out. */
+int lm_fold_finite(lm_kernel *k, lm_exprs *x);
 /* Moves the innermost parallel loop of sum-reduction kernels inside the reductions where
  * that makes the loop vectorise (bitwise-identical results); returns the kernels changed.
  * stage (the C dialect only): a strided read-only operand indexed by that loop and the

@@ -1031,20 +1031,15 @@ static lm_graph_t *cell_graph(void) {
   return g;
 }
 
-/* y [T, N] on backend (its graph promising finite values or not), or on cpu with the lines of
- * its kernels that match re counted into *count */
-static float *cell_scan_ex(const char *backend, int finite, const char *re, int *count) {
-  lm_graph_t *g = cell_graph();
-  if (finite) lm_graph_promise_finite(g);
-  char dir[] = "/tmp/lumen-cell-XXXXXX";
+/* y [T, N] of scan g (freed here) over state h [N, cols] from h0, on backend, or on cpu with
+ * the lines of its kernels that match re counted into *count */
+static float *dump_scan(lm_graph_t *g, int cols, const float *h0, const char *backend, const char *re, int *count) {
+  char dir[] = "/tmp/lumen-dump-XXXXXX";
   lm_backend_t *b = NULL;
   lm_program_t *p = open_scan(g, backend, count ? dir : NULL, 1, &b);
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T));
-  float h[LZ_N * CELL_COLS];
-  for (int i = 0; i < LZ_N * CELL_COLS; i++) /* column 0 names a cell 1 .. 11 (or none: 12, -3) */
-    h[i] = i % CELL_COLS ? (float)((i * 7) % 13) * 0.25f - 1.0f : (float)(i / CELL_COLS % 14 == 13 ? -3 : 1 + i / CELL_COLS % 12);
-  put(p, "h", h, (size_t)LZ_N * CELL_COLS);
+  put(p, "h", h0, (size_t)LZ_N * cols);
   OK(lm_program_run(p));
   float *y = get(p, "y", (size_t)LZ_T * LZ_N);
   if (count) *count = check_dump_lines(dir, re);
@@ -1052,6 +1047,17 @@ static float *cell_scan_ex(const char *backend, int finite, const char *re, int 
   lm_backend_free(b);
   lm_graph_free(g);
   return y;
+}
+
+/* y [T, N] on backend (its graph promising finite values or not), or on cpu with the lines of
+ * its kernels that match re counted into *count */
+static float *cell_scan_ex(const char *backend, int finite, const char *re, int *count) {
+  lm_graph_t *g = cell_graph();
+  if (finite) lm_graph_promise_finite(g);
+  float h[LZ_N * CELL_COLS];
+  for (int i = 0; i < LZ_N * CELL_COLS; i++) /* column 0 names a cell 1 .. 11 (or none: 12, -3) */
+    h[i] = i % CELL_COLS ? (float)((i * 7) % 13) * 0.25f - 1.0f : (float)(i / CELL_COLS % 14 == 13 ? -3 : 1 + i / CELL_COLS % 12);
+  return dump_scan(g, CELL_COLS, h, backend, re, count);
 }
 
 /* y [T, N] on backend, or on cpu with its kernels' index values counted into *index */
@@ -1071,6 +1077,45 @@ Test(columns, a_one_hot_cell_read_prints_as_a_gather_only_where_the_graph_promis
   expect_bits("cell reads, plain graph: cpu vs ref", loop, ref, (size_t)LZ_T * LZ_N);
   free(fin);
   free(loop);
+  free(ref);
+}
+
+/* A map kept on columns 8..15 of a 24-column state: h' = 0.5 (h * m) + 0.25 m, m = the pad of
+ * ones over those columns, y = the sum of h'. Split at the pad's edges (compiler/columns.c),
+ * the other columns compute (h * 0) * 0.5 + 0 * 0.25: where the graph promises finite values
+ * the kernel stores a plain 0 there (lm_fold_finite), without the promise the arithmetic; both
+ * with the reference's bits. */
+enum { KEPT_COLS = 24 };
+
+static lm_graph_t *kept_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, KEPT_COLS});
+  lm_tensor m = lm_pad(lm_broadcast_to(lm_const(g, 1.0f), 2, (lm_dim[]){1, 8}), 1, 8, KEPT_COLS - 16);
+  lm_tensor h2 = lm_add(lm_mul_scalar(lm_mul(h, m), 0.5f), lm_mul_scalar(m, 0.25f));
+  OK(lm_output(lm_sum(h2, 1, 0), "y"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+/* (the kernels' stores of a plain 0 to a plan buffer or to the state's local array l0) */
+static float *kept_scan(const char *backend, int finite, int *zero_stores) {
+  lm_graph_t *g = kept_graph();
+  if (finite) lm_graph_promise_finite(g);
+  float h[LZ_N * KEPT_COLS];
+  for (int i = 0; i < LZ_N * KEPT_COLS; i++) h[i] = (float)((i * 7) % 13) * 0.25f - 1.0f;
+  return dump_scan(g, KEPT_COLS, h, backend, "l0\\[.*\\] = 0\\.0f;", zero_stores);
+}
+
+Test(columns, a_finite_kernel_stores_zeros_where_its_arithmetic_multiplies_by_a_pads_zero) {
+  int with = 0, without = 0;
+  float *fin = kept_scan("cpu", 1, &with), *plain = kept_scan("cpu", 0, &without), *ref = kept_scan("ref", 1, NULL);
+  cr_assert_gt(with, 0, "no store of a plain 0 in the finite graph's lane kernel");
+  cr_assert_eq(without, 0, "%d stores of a plain 0 without the promise", without);
+  expect_bits("kept columns, finite graph: cpu vs ref", fin, ref, (size_t)LZ_T * LZ_N);
+  expect_bits("kept columns, plain graph: cpu vs ref", plain, ref, (size_t)LZ_T * LZ_N);
+  free(fin);
+  free(plain);
   free(ref);
 }
 
