@@ -6,7 +6,10 @@
  * wrappers (spec.sticky, spec.action_sets; rltrain --env). State (108): ball_x, ball_y, ball_dir, pos, strike, last_x, last_y, terminal, then
  * brick_map 10x10 row-major; obs (400): the 10x10x4 boolean grid over (y, x, channel) as 0/1,
  * channels paddle, ball, trail, brick. Every value is a small integer: the float32 graph, the
- * scalar reference stepper and MinAtar agree bit for bit. */
+ * scalar reference stepper and MinAtar agree bit for bit. Bricks lie on rows 1..3 in every
+ * state a reset and the steps reach (the tests check the reference stepper keeps it so), and
+ * the graph reads and writes those rows only: a state with bricks elsewhere, which MinAtar never
+ * makes, loses them in a step. */
 #include "lumen/env.h"
 #include "lumen/ops.h"
 #include "lumen/rand.h"
@@ -51,8 +54,7 @@ static lm_tensor wide(lm_tensor cells) { return lm_pad(cells, 1, BRICKS, 0); } /
 
 static lm_tensor ones(lm_graph_t *g, int n) { return lm_broadcast_to(cst(g, 1.0f), 2, (lm_dim[]){1, n}); }
 
-/* [1, STATE_SIZE]: 1 on the map's columns; 1 on the brick rows 1..3 (padded constants: views) */
-static lm_tensor map_cols(lm_graph_t *g) { return wide(ones(g, CELLS)); }
+/* [1, STATE_SIZE]: 1 on the brick rows 1..3 (padded constants: views) */
 static lm_tensor brick_rows(lm_graph_t *g) {
   return wide(lm_pad(ones(g, (BRICK_ROW1 - BRICK_ROW0) * W), 1, BRICK_ROW0 * W, (H - BRICK_ROW1) * W));
 }
@@ -96,7 +98,10 @@ static lm_tensor br_reset(lm_graph_t *g, lm_dim n) {
 static void br_step(lm_graph_t *g, lm_tensor state, lm_tensor action, lm_env_step_out *out) {
   lm_tensor bx = lm_env_col(state, BALL_X), by = lm_env_col(state, BALL_Y), dir = lm_env_col(state, BALL_DIR);
   lm_tensor pos = lm_env_col(state, POS), strike = lm_env_col(state, STRIKE), term = lm_env_col(state, TERMINAL);
-  lm_tensor bricks = lm_mul(state, map_cols(g)); /* wide */
+  /* Bricks exist on rows 1..3 only: a reset fills them, a step clears one or refills them, so
+   * every reachable state (and every golden row) has zeros elsewhere. The step reads and writes
+   * those 30 cells; the other 70 are zeros it writes back as constants. */
+  lm_tensor bricks = lm_mul(state, brick_rows(g)); /* wide */
 
   /* the player: l -> max(0, pos - 1), r -> min(9, pos + 1) */
   lm_tensor left = lm_eq(action, cst(g, ACT_LEFT)), right = lm_eq(action, cst(g, ACT_RIGHT));
@@ -118,7 +123,8 @@ static void br_step(lm_graph_t *g, lm_tensor state, lm_tensor action, lm_env_ste
   lm_tensor broke = lm_mul(hit, not01(strike)); /* if not strike: r += 1, the brick goes, bounce */
   lm_tensor bottom = lm_mul(lm_mul(below_top, not01(hit)), lm_eq(ny, cst(g, 9.0f)));
   /*   if count_nonzero(brick_map) == 0: brick_map[1:4, :] = 1 */
-  lm_tensor refill = lm_mul(bottom, lm_eq(lm_count_nonzero(bricks, 1), cst(g, 0.0f)));
+  lm_tensor wall = lm_slice(state, 1, BRICKS + BRICK_ROW0 * W, BRICKS + BRICK_ROW1 * W);
+  lm_tensor refill = lm_mul(bottom, lm_eq(lm_count_nonzero(wall, 1), cst(g, 0.0f)));
   /*   if ball_x == pos (the paddle under the ball) / elif new_x == pos (its corner) / else */
   lm_tensor under = lm_mul(bottom, lm_eq(bx, npos));
   lm_tensor corner = lm_mul(lm_mul(bottom, not01(under)), lm_eq(nx, npos));
