@@ -549,7 +549,11 @@ Test(device_search, candidates_are_timed_on_the_device_and_a_warm_cache_searches
   const char *text = slurp(log);
   cr_assert(text, "no search log at %s", log);
   cr_assert(strstr(text, "device " DEVICE "|"), "the search did not time on " DEVICE ":\n%.3000s", text);
-  cr_assert(count_of(text, " ok ") >= 4, "fewer than 4 candidates timed ok on the device:\n%.4000s", text);
+  /* checked and timed: "ok" or "slow" (slow: over 3x the best so far, which depends on how busy the
+   * machine is, so the count takes both) */
+  cr_assert(count_of(text, " ok ") + count_of(text, " slow ") >= 4,
+            "fewer than 4 candidates were checked and timed on the device:\n%.4000s", text);
+  cr_assert(strstr(text, "  winner"), "no winner named by the device search:\n%.4000s", text);
   cr_assert(strstr(text, "+gpu"), "no candidate under a work-group schedule:\n%.4000s", text);
   /* the group rule: a candidate mapping a loop to a work-group's threads, checked and timed (ok,
    * or slow: on PoCL, work-groups run their threads one after another) */
