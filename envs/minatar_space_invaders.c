@@ -90,6 +90,11 @@ static lm_tensor map_of(lm_tensor s, int at) { return lm_slice(s, 1, at, at + CE
 /* a map [N, 100] as a grid [N, 10, 10] (for reductions) */
 static lm_tensor grid(lm_tensor m) { return lm_reshape(m, 3, (lm_dim[]){lm_dim_of(m, 0), H, W}); }
 
+/* the aliens (ones) in column x of a map [N, 100], [N] */
+static lm_tensor column_sum(lm_tensor m, int x) {
+  return lm_sum(lm_reshape(lm_slice(grid(m), 2, x, x + 1), 2, (lm_dim[]){lm_dim_of(m, 0), H}), 1, 0);
+}
+
 /* row y of a map [N, 100], [N, 10] */
 static lm_tensor row_of(lm_tensor m, int y) { return lm_slice(m, 1, y * W, (y + 1) * W); }
 
@@ -154,11 +159,8 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
    * moving right, 0 moving left) is empty, so it is a move by one cell with the column that
    * wrapped cleared. alien_dir is -1 or 1. */
   lm_tensor move = lm_eq(amt, zero);
-  lm_tensor per_column = lm_sum(grid(alien0), 1, 0); /* [N, 10]: aliens in each column */
-  lm_tensor count = lm_sum(per_column, 1, 0);
-  amt = lm_env_select(move, lm_minimum(count, emi), amt);
   lm_tensor dir_left = lm_lt(dir, zero), dir_right = lm_gt(dir, zero);
-  lm_tensor at_left = lm_gt(lm_env_col(per_column, 0), zero), at_right = lm_gt(lm_env_col(per_column, W - 1), zero);
+  lm_tensor at_left = lm_gt(column_sum(alien0, 0), zero), at_right = lm_gt(column_sum(alien0, W - 1), zero);
   lm_tensor bounce = lm_add(lm_mul(at_left, dir_left), lm_mul(at_right, dir_right)); /* never both */
   lm_tensor flip = lm_mul(move, bounce);
   dir = lm_env_select(flip, lm_neg(dir), dir);
@@ -182,6 +184,9 @@ static void si_step(lm_graph_t *g, lm_tensor s, lm_tensor a, lm_env_step_out *ou
   lm_tensor shoot = lm_eq(ast, zero);
   ast = lm_env_select(shoot, cst(g, ENEMY_SHOT_INTERVAL), ast);
   lm_tensor cells_per_column = lm_sum(grid(cells), 1, 0); /* [N, 10] */
+  /* count_nonzero(alien_map) before the move: the move keeps every alien (the roll down is a
+   * permutation; the sideways move is taken only when the column it would wrap from is empty) */
+  amt = lm_env_select(move, lm_minimum(lm_sum(cells_per_column, 1, 0), emi), amt);
   lm_tensor x = ramp(g), has = lm_gt(cells_per_column, zero); /* [10], [N, 10] */
   lm_tensor d = lm_sub(x, lm_unsqueeze(pos, 1));
   lm_tensor key = lm_add(lm_add(lm_mul(lm_abs(d), cst(g, 2.0f)), lm_gt(d, zero)),
