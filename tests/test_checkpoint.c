@@ -4,6 +4,7 @@
  * from a real checkpoint; none may crash, hang, allocate wildly or load. */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -218,4 +219,82 @@ Test(checkpoint, a_huge_or_foreign_file_is_refused_by_its_size_or_magic_before_i
   close(fd);
   cr_assert_eq(lm_trainer_load(T, path), LM_ERR_CORRUPT, "%s", lm_last_error());
   cr_assert(strstr(lm_last_error(), "not a lumen checkpoint"), "%s", lm_last_error());
+}
+
+/* ================================================================ checkpoints off the training thread */
+
+/* lm_checkpointer_save writes the bytes lm_trainer_save writes, to every path, in order; a later
+ * save (after more training) replaces them, and each loads. */
+Test(checkpoint, the_checkpointer_writes_each_path_with_lm_trainer_saves_bytes) {
+  char a[128], b[128];
+  snprintf(a, sizeof a, "%s/step.ckpt", dir);
+  snprintf(b, sizeof b, "%s/latest.ckpt", dir);
+  lm_checkpointer *w = lm_checkpointer_new();
+  cr_assert(w);
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){a, b}, 2), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_checkpointer_finish(w), LM_OK, "%s", lm_last_error());
+  for (int i = 0; i < 2; i++) {
+    blob got = read_all(i ? b : a);
+    cr_assert(got.n == good.n && !memcmp(got.p, good.p, good.n), "%s differs from lm_trainer_save's bytes", i ? b : a);
+    free(got.p);
+  }
+  lm_iter_stats s;
+  cr_assert_eq(lm_trainer_iterate(T, &s), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){a, b}, 2), LM_OK, "%s", lm_last_error());
+  lm_checkpointer_free(w); /* finishes the write */
+  blob got = read_all(b);
+  cr_assert(got.n != good.n || memcmp(got.p, good.p, good.n), "the second save did not replace the first");
+  free(got.p);
+  cr_assert_eq(lm_trainer_load(T, a), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_trainer_iterations(T), 2);
+  DIR *d = opendir(dir);
+  cr_assert(d);
+  for (struct dirent *e; (e = readdir(d));)
+    cr_assert(!strstr(e->d_name, ".tmp."), "a temp file is left: %s", e->d_name);
+  closedir(d);
+}
+
+/* A path that cannot be written (a non-empty directory in its place): the paths before it in
+ * that save are removed, and the failure, naming the path, comes back from the next save (which
+ * then writes nothing) or from finish. */
+Test(checkpoint, a_checkpointer_write_that_fails_removes_the_saves_earlier_files_and_says_so_later) {
+  char a[128], bad[128], c[128], cmd[400];
+  snprintf(a, sizeof a, "%s/step.ckpt", dir);
+  snprintf(bad, sizeof bad, "%s/latest.ckpt", dir);
+  snprintf(c, sizeof c, "%s/next.ckpt", dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && touch '%s/x'", bad, bad);
+  cr_assert_eq(system(cmd), 0);
+  lm_checkpointer *w = lm_checkpointer_new();
+  cr_assert(w);
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){a, bad}, 2), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){c}, 1), LM_ERR_IO);
+  cr_assert(strstr(lm_last_error(), "latest.ckpt"), "%s", lm_last_error());
+  cr_assert_neq(access(a, F_OK), 0, "step.ckpt is left though latest.ckpt was not written");
+  cr_assert_neq(access(c, F_OK), 0, "the save after a failure wrote");
+  cr_assert_eq(lm_checkpointer_finish(w), LM_OK, "a failure is told once");
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){a, bad}, 2), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_checkpointer_finish(w), LM_ERR_IO);
+  cr_assert(strstr(lm_last_error(), "latest.ckpt"), "%s", lm_last_error());
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){c}, 1), LM_OK, "%s", lm_last_error());
+  lm_checkpointer_free(w);
+  cr_assert_eq(lm_trainer_load(T, c), LM_OK, "%s", lm_last_error());
+}
+
+Test(checkpoint, a_checkpointer_refuses_missing_or_empty_arguments_with_a_message) {
+  char a[128];
+  snprintf(a, sizeof a, "%s/x.ckpt", dir);
+  lm_checkpointer *w = lm_checkpointer_new();
+  cr_assert(w);
+  const char *const empty[] = {a, ""};
+  cr_assert_eq(lm_checkpointer_save(NULL, T, (const char *const[]){a}, 1), LM_ERR_INVALID);
+  cr_assert_eq(lm_checkpointer_save(w, NULL, (const char *const[]){a}, 1), LM_ERR_INVALID);
+  cr_assert_eq(lm_checkpointer_save(w, T, NULL, 1), LM_ERR_INVALID);
+  cr_assert_eq(lm_checkpointer_save(w, T, (const char *const[]){a}, 0), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "lm_checkpointer_save"), "%s", lm_last_error());
+  cr_assert_eq(lm_checkpointer_save(w, T, empty, 2), LM_ERR_INVALID);
+  cr_assert(strstr(lm_last_error(), "path 1 is empty"), "%s", lm_last_error());
+  cr_assert_neq(access(a, F_OK), 0, "a refused save wrote");
+  cr_assert_eq(lm_checkpointer_finish(NULL), LM_ERR_INVALID);
+  lm_checkpointer_free(w);
+  lm_checkpointer_free(NULL);
 }

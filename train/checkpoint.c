@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,9 @@ static void put(lm_sb *b, const void *data, size_t n) {
   b->len += n;
 }
 
-lm_status lm_trainer_save(lm_trainer *t, const char *path) {
+/* The checkpoint's bytes (every rank takes part: a data-parallel run's gathers every rank's
+ * envs); on rank 0 *out holds them, on the others it is freed. */
+static lm_status serialize(lm_trainer *t, lm_sb *out_sb) {
   array a[MAX_ARRAYS];
   int n = list_arrays(t, a);
   if (n < 0) return LM_ERR_INVALID;
@@ -137,24 +140,116 @@ lm_status lm_trainer_save(lm_trainer *t, const char *path) {
   uint64_t sum = lm_hash_bytes(out.s, out.len, 0);
   put(&out, &sum, 8);
   if (st == LM_OK && out.failed) st = LM_ERR_NOMEM;
-  if (st == LM_OK && rank == 0) { /* one file for the run: rank 0's */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) st = lm_fail(LM_ERR_IO, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    else {
-      int bad = fwrite(out.s, 1, out.len, f) != out.len;
-      bad |= fflush(f) != 0;
-      bad |= fsync(fileno(f)) != 0;
-      bad |= fclose(f) != 0;
-      if (bad || rename(tmp, path) != 0) {
-        st = lm_fail(LM_ERR_IO, "checkpoint: writing %s failed: %s", path, strerror(errno));
-        remove(tmp);
-      }
-    }
+  if (st != LM_OK || rank != 0) lm_sb_free(&out); /* one file for the run: rank 0's */
+  *out_sb = out;
+  return st;
+}
+
+/* bytes to path through a temp file, flushed to disk and renamed: a crash leaves the old file or
+ * the new one, never half of it */
+static lm_status write_file(const char *path, const void *bytes, size_t n) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return lm_fail(LM_ERR_IO, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
+  int bad = fwrite(bytes, 1, n, f) != n;
+  bad |= fflush(f) != 0;
+  bad |= fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    lm_status st = lm_fail(LM_ERR_IO, "checkpoint: writing %s failed: %s", path, strerror(errno));
+    remove(tmp);
+    return st;
   }
+  return LM_OK;
+}
+
+lm_status lm_trainer_save(lm_trainer *t, const char *path) {
+  lm_sb out = {0};
+  lm_status st = serialize(t, &out);
+  if (st == LM_OK && out.s) st = write_file(path, out.s, out.len);
   lm_sb_free(&out);
   return st;
+}
+
+/* ---------------------------------------------------------------- checkpoints off the training thread
+ *
+ * A checkpoint of CartPole's default run is about 110 KB; writing it twice (step-N, latest),
+ * each through a temp file and fsync, took 1.8 ms on the training thread, 7% of a default
+ * `rltrain cartpole` (a checkpoint every 10 iterations of 2.5 ms). The state is still read on
+ * the training thread (consistent, and collective under MPI); only the file writes move to a
+ * thread, one save at a time: a save first waits for the one before it. */
+struct lm_checkpointer {
+  pthread_t thread;
+  int running;       /* a write thread to join */
+  lm_sb bytes;       /* the save being written */
+  char **paths;      /* and where, in order */
+  int npaths;
+  lm_status st;      /* how the last writes went, and why not */
+  char why[1024];
+};
+
+static void free_paths(lm_checkpointer *w) {
+  for (int i = 0; i < w->npaths; i++) lm_free(w->paths[i]);
+  lm_free(w->paths);
+  w->paths = NULL;
+  w->npaths = 0;
+}
+
+static void *write_main(void *arg) {
+  lm_checkpointer *w = arg;
+  lm_status st = LM_OK;
+  int i = 0;
+  for (; i < w->npaths && st == LM_OK; i++) st = write_file(w->paths[i], w->bytes.s, w->bytes.len);
+  if (st != LM_OK) { /* the paths before the one that failed go too: none is newer than the last */
+    snprintf(w->why, sizeof w->why, "%s", lm_last_error());
+    for (int j = 0; j + 1 < i; j++) remove(w->paths[j]);
+  }
+  w->st = st;
+  return NULL;
+}
+
+lm_checkpointer *lm_checkpointer_new(void) { return lm_calloc(1, sizeof(lm_checkpointer)); }
+
+lm_status lm_checkpointer_finish(lm_checkpointer *w) {
+  if (!w) return lm_fail(LM_ERR_INVALID, "lm_checkpointer_finish: NULL");
+  if (w->running) {
+    pthread_join(w->thread, NULL);
+    w->running = 0;
+  }
+  lm_sb_free(&w->bytes);
+  free_paths(w);
+  lm_status st = w->st;
+  w->st = LM_OK;
+  return st == LM_OK ? LM_OK : lm_fail(st, "%s", w->why);
+}
+
+lm_status lm_checkpointer_save(lm_checkpointer *w, lm_trainer *t, const char *const *paths, int npaths) {
+  if (!w || !t || !paths || npaths < 1) return lm_fail(LM_ERR_INVALID, "lm_checkpointer_save: no checkpointer, trainer or paths");
+  for (int i = 0; i < npaths; i++)
+    if (!paths[i] || !*paths[i]) return lm_fail(LM_ERR_INVALID, "lm_checkpointer_save: path %d is empty", i);
+  lm_status st = lm_checkpointer_finish(w); /* the save before: written, or why not */
+  if (st != LM_OK) return st;
+  if ((st = serialize(t, &w->bytes)) != LM_OK || !w->bytes.s) return st; /* ranks but 0: nothing to write */
+  if (!(w->paths = lm_calloc((size_t)npaths, sizeof *w->paths))) st = LM_ERR_NOMEM;
+  for (int i = 0; st == LM_OK && i < npaths; i++, w->npaths++)
+    if (!(w->paths[i] = lm_strdup(paths[i]))) st = LM_ERR_NOMEM;
+  if (st == LM_OK && pthread_create(&w->thread, NULL, write_main, w) != 0) {
+    write_main(w); /* no thread to be had: written here */
+    st = lm_checkpointer_finish(w);
+  } else if (st == LM_OK)
+    w->running = 1;
+  else {
+    lm_sb_free(&w->bytes);
+    free_paths(w);
+  }
+  return st == LM_ERR_NOMEM ? lm_fail(st, "checkpoint: out of memory") : st;
+}
+
+void lm_checkpointer_free(lm_checkpointer *w) {
+  if (!w) return;
+  lm_checkpointer_finish(w);
+  lm_free(w);
 }
 
 typedef struct reader {

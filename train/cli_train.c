@@ -557,10 +557,15 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
   snprintf(curve, sizeof curve, "%s/curve.png", dir);
   snprintf(logpath, sizeof logpath, "%s/log.csv", dir);
   int rc = 0, solved = 0;
+  lm_checkpointer *ckpt = lm_checkpointer_new();
+  if (!ckpt) {
+    fprintf(stderr, "rltrain: out of memory\n");
+    rc = 1;
+  }
   double mean100 = lm_recent_mean(lm_trainer_recent(t), NULL), have = 0;
   lm_recent_mean(lm_trainer_recent(t), &have);
   int64_t iters = lm_trainer_total_iterations(t);
-  while (lm_trainer_iterations(t) < iters) {
+  while (!rc && lm_trainer_iterations(t) < iters) {
     lm_iter_stats s;
     if (lm_trainer_iterate(t, &s) != LM_OK) {
       fprintf(stderr, "\nrltrain: iteration %lld failed: %s\n", (long long)lm_trainer_iterations(t) + 1, lm_last_error());
@@ -618,9 +623,9 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
       char latest[4200];
       snprintf(latest, sizeof latest, "%s/latest.ckpt", dir);
       /* step-N first, latest last: when latest cannot be written, step-N goes too, so no
-       * step-N.ckpt is ever newer than latest.ckpt */
-      lm_status cst = lm_trainer_save(t, path);
-      if (cst == LM_OK && (cst = lm_trainer_save(t, latest)) != LM_OK) remove(path);
+       * step-N.ckpt is ever newer than latest.ckpt; the files are written while training goes
+       * on (a failure is told at the next checkpoint or at the end) */
+      lm_status cst = lm_checkpointer_save(ckpt, t, (const char *const[]){path, latest}, 2);
       if (cst != LM_OK) {
         fprintf(stderr, "\nrltrain: checkpoint failed: %s\n", lm_last_error());
         rc = 1;
@@ -629,6 +634,11 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
     }
     if (last) break;
   }
+  if (ckpt && lm_checkpointer_finish(ckpt) != LM_OK && !rc) {
+    fprintf(stderr, "\nrltrain: checkpoint failed: %s\n", lm_last_error());
+    rc = 1;
+  }
+  lm_checkpointer_free(ckpt);
   if (fclose(log) != 0 && !rc) {
     fprintf(stderr, "rltrain: writing %s failed: %s\n", logpath, strerror(errno));
     rc = 1;

@@ -122,6 +122,18 @@ int lm_trainer_graphs(const lm_env_spec *env, const lm_ppo_config *cfg, lm_train
  * every env's state in order; rank 0 writes it) and resumes at any K dividing its env count. */
 lm_status lm_trainer_save(lm_trainer *t, const char *path);
 lm_status lm_trainer_load(lm_trainer *t, const char *path);
+/* Checkpoints written off the training thread (rltrain's): lm_checkpointer_save reads the
+ * trainer's state now (on every rank, as lm_trainer_save) and writes it to paths[0], paths[1],
+ * ... in order on a thread of its own (rank 0's), each file as lm_trainer_save writes one; when
+ * one cannot be written, the ones before it in that save are removed. A save first waits for
+ * the one before it: if that one failed, it returns the failure and saves nothing.
+ * lm_checkpointer_finish waits for the last save and returns how it went (lm_last_error says
+ * why not); each failure is returned once. lm_checkpointer_free finishes first. */
+typedef struct lm_checkpointer lm_checkpointer;
+lm_checkpointer *lm_checkpointer_new(void);
+lm_status lm_checkpointer_save(lm_checkpointer *w, lm_trainer *t, const char *const *paths, int npaths);
+lm_status lm_checkpointer_finish(lm_checkpointer *w);
+void lm_checkpointer_free(lm_checkpointer *w);
 /* Reads only the config of a checkpoint (to rebuild a trainer before loading it). */
 lm_status lm_checkpoint_peek(const char *path, char *env_name, size_t cap, lm_ppo_config *cfg);
 /* The env and config of a checkpoint: the env by name, or, for an env from a plugin, loaded
