@@ -36,7 +36,8 @@ static int lane_form(const lm_kernel *k) {
 }
 
 static int when_search(const pass_ctx *c) {
-  return !c->lanes_headed && c->opts->search && c->opts->search->budget_s > 0 && !scanning(c);
+  const lm_search_options *o = c->opts->search;
+  return !c->lanes_headed && o && (o->budget_s > 0 || (o->cache_only && o->use_cache)) && !scanning(c);
 }
 static int when_interchange(const pass_ctx *c) {
   return !c->lanes_headed && c->opts->interchange && !when_search(c);
@@ -115,7 +116,7 @@ static const pass passes[] = {
     {{"lower", "all", "always", NULL,
       "the default schedule: kernels for materialised nodes, the rest inlined, statements hoisted (lower.c)"},
      FRONT, NULL, NULL},
-    {{"search", "all", "a search budget, not a scan", "LUMEN_SEARCH_BUDGET=0",
+    {{"search", "all", "a search budget (or a tuning cache to apply), not a scan", "LUMEN_SEARCH_BUDGET=0",
       "e-graph search over each hot kernel, candidates timed on the device (search/)"},
      PLAN, when_search, run_search},
     {{"interchange", "c", "a vector cpu, not searched, not a scan headed for lanes", "LUMEN_NO_INTERCHANGE",

@@ -114,8 +114,11 @@ int lm_exprs_copy(lm_exprs *dst, const lm_exprs *src) {
     dst->n = dst->cap = src->n;
     if (!rehash(dst, src->tcap)) return lm_exprs_free(dst), 0;
   }
-  for (size_t i = 0; i < src->nsyms; i++)
-    if (lm_x_symbol(dst, src->syms[i].name, src->syms[i].least) < 0) return lm_exprs_free(dst), 0;
+  for (size_t i = 0; i < src->nsyms; i++) {
+    int k = lm_x_symbol(dst, src->syms[i].name, src->syms[i].least);
+    if (k < 0) return lm_exprs_free(dst), 0;
+    dst->syms[k].hint = src->syms[i].hint;
+  }
   return 1;
 }
 
@@ -147,7 +150,7 @@ int lm_x_symbol(lm_exprs *x, const char *name, int64_t least) {
   if (!LM_GROW(x->syms, x->symcap, x->nsyms + 1)) return -1;
   char *copy = lm_strdup(name);
   if (!copy) return -1;
-  x->syms[x->nsyms] = (lm_xsym){copy, least};
+  x->syms[x->nsyms] = (lm_xsym){copy, least, 0};
   return (int)x->nsyms++;
 }
 

@@ -33,6 +33,7 @@ typedef struct lm_xnode {
 typedef struct lm_xsym {
   char *name;
   int64_t least;
+  int64_t hint; /* the value it is expected to take (lm_sym_hint), 0 when none */
 } lm_xsym;
 
 typedef struct lm_exprs {

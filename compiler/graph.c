@@ -155,6 +155,19 @@ lm_dim lm_sym_min(lm_graph_t *g, const char *name, int64_t least) {
 
 lm_dim lm_sym(lm_graph_t *g, const char *name) { return lm_sym_min(g, name, 1); }
 
+lm_status lm_sym_hint(lm_graph_t *g, const char *name, int64_t value) {
+  if (!g || !name) return lm_fail(LM_ERR_INVALID, "lm_sym_hint: a NULL graph or name");
+  for (size_t i = 0; i < g->x.nsyms; i++) {
+    if (strcmp(g->x.syms[i].name, name)) continue;
+    if (value < g->x.syms[i].least || value < 1)
+      return lm_fail(LM_ERR_INVALID, "lm_sym_hint: %s = %lld is below its least value %lld", name, (long long)value,
+                     (long long)(g->x.syms[i].least > 1 ? g->x.syms[i].least : 1));
+    g->x.syms[i].hint = value;
+    return LM_OK;
+  }
+  return lm_fail(LM_ERR_INVALID, "lm_sym_hint: the graph has no symbol %s", name);
+}
+
 lm_dim lm_dim_mul(lm_graph_t *g, lm_dim a, lm_dim b) {
   return canon_dim(g, lm_x_mul(&g->x, lm_dim_expr(g, a), lm_dim_expr(g, b)));
 }

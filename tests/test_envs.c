@@ -1274,11 +1274,8 @@ Test(acrobot, huge_and_non_finite_angles_wrap_in_constant_time, .timeout = LM_TI
 
 /* ================================================================ the rltrain CLI */
 
-/* Runs the built rltrain with args (stderr folded into stdout); returns its exit status. */
-static int rltrain(const char *args, char *out, size_t cap) {
-  cr_assert(access(RLTRAIN, X_OK) == 0, "%s is not built", RLTRAIN);
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", RLTRAIN, args);
+/* Runs a shell command line, its stdout into out; returns its exit status. */
+static int shell(const char *cmd, char *out, size_t cap) {
   FILE *f = popen(cmd, "r");
   cr_assert(f, "popen %s", cmd);
   size_t n = fread(out, 1, cap - 1, f);
@@ -1288,6 +1285,14 @@ static int rltrain(const char *args, char *out, size_t cap) {
   int st = pclose(f);
   cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
   return WEXITSTATUS(st);
+}
+
+/* Runs the built rltrain with args (stderr folded into stdout); returns its exit status. */
+static int rltrain(const char *args, char *out, size_t cap) {
+  cr_assert(access(RLTRAIN, X_OK) == 0, "%s is not built", RLTRAIN);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", RLTRAIN, args);
+  return shell(cmd, out, cap);
 }
 
 /* A file name of this test process (malloc'd). */
@@ -1463,6 +1468,50 @@ Test(cli, compile_lists_the_pass_table_and_the_kernels_per_graph, .timeout = LM_
   cr_assert_eq(rltrain("compile cartpole --target c", out, sizeof out), 0, "%s", out);
   const char *per = strstr(out, "kernels per graph: rollout 1 prep ");
   cr_assert(per && strstr(per, " update "), "no kernels per graph line:\n%s", out);
+}
+
+/* rltrain tune searches into a tuning cache of its own (LUMEN_CACHE_DIR), times both schedules
+ * and says so; a later rltrain run applies the cache (the search log names its decisions), and
+ * --search-budget 0 ignores it. Bad input is refused. Nothing here depends on timings: only the
+ * report's lines and the cache's presence are checked. */
+Test(cli, tune_fills_the_tuning_cache_that_rltrain_then_applies, .timeout = LM_TIMEOUT(240)) {
+  char dir[] = "/tmp/lumen-tune-XXXXXX", args[1024];
+  cr_assert(mkdtemp(dir));
+  cr_assert_eq(rltrain("tune --help", out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "--budget"), "%s", out);
+  cr_assert_eq(rltrain("tune", out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rltrain("tune cartpool", out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rltrain("tune cartpole --budget 0", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "--budget"), "%s", out);
+  cr_assert_eq(rltrain("tune cartpole --budget", out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rltrain("tune cartpole --out x", out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "writes no run"), "%s", out);
+  cr_assert_eq(rltrain("tune cartpole --search-budget 3", out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rltrain("tune cartpole --envs 0", out, sizeof out), 2, "%s", out);
+  snprintf(args, sizeof args, "tune cartpole --budget 10 --envs 8 --steps 16 --minibatches 2 --epochs 1 "
+                              "--hidden 16,16 2>&1; echo tune_rc=$?; ls '%s'", dir);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "LUMEN_CACHE_DIR='%s' '%s' %s", dir, RLTRAIN, args);
+  shell(cmd, out, sizeof out);
+  cr_assert(strstr(out, "tune_rc=0"), "%s", out);
+  cr_assert(strstr(out, "searched in ") && strstr(out, "one training iteration") && strstr(out, "default "),
+            "%s", out);
+  cr_assert(strstr(out, "search-"), "no tuning cache file in %s:\n%s", dir, out);
+  /* a run with the same settings applies the cache's decisions; --search-budget 0 does not look */
+  static const char *const modes[] = {"", "--search-budget 0"};
+  for (int m = 0; m < 2; m++) {
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && LUMEN_CACHE_DIR='%s' LUMEN_SEARCH_LOG='%s/log%d.txt' '%s' cartpole --envs 8 --steps 16 "
+             "--minibatches 2 --epochs 1 --hidden 16,16 --total-steps 256 --quiet --out run%d %s >/dev/null 2>&1; "
+             "echo rc=$?; cat '%s/log%d.txt' 2>/dev/null",
+             dir, dir, dir, m, RLTRAIN, m, modes[m], dir, m);
+    shell(cmd, out, sizeof out);
+    cr_assert(strstr(out, "rc=0"), "%s", out);
+    if (m == 0) cr_assert(strstr(out, "the tuning cache's decisions only") && strstr(out, "from the cache"), "%s", out);
+    else cr_assert(!strstr(out, "from the cache"), "--search-budget 0 applied the cache:\n%s", out);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
 }
 
 Test(cli, unknown_envs_and_options_are_refused_and_help_and_version_work) {

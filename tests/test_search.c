@@ -1250,6 +1250,43 @@ Test(search, a_second_run_with_a_warm_cache_does_no_search, .timeout = LM_TIMEOU
   free(dir);
 }
 
+/* cache_only (rltrain's default): with no budget the cache's decisions apply and nothing is
+ * searched; with an empty cache the plan is the default schedule's. */
+Test(search, cache_only_applies_the_cache_and_searches_nothing, .timeout = LM_TIMEOUT(280)) {
+  char *dir = temp_dir(), *empty = temp_dir();
+  lm_search_options o = opts(dir);
+  lm_search_report r1, r2, r3;
+  char *code1 = NULL, *code2 = NULL, *code3 = NULL;
+  search_and_check(matmul64, &o, &r1, &code1, "search");
+  cr_assert_gt(r1.searched, 0);
+  o.budget_s = 0;
+  o.cache_only = 1;
+  search_and_check(matmul64, &o, &r2, &code2, "cache only");
+  cr_assert_eq(r2.searched, 0, "cache_only searched %d kernels", r2.searched);
+  cr_assert_eq(r2.candidates, 0);
+  cr_assert_geq(r2.from_cache, 1);
+  cr_assert_str_eq(code1, code2, "the cached decision gives other code");
+  o.cache_dir = empty;
+  search_and_check(matmul64, &o, &r3, &code3, "cache only, empty cache");
+  cr_assert_eq(r3.searched + r3.from_cache + r3.candidates, 0);
+  lowered c = lower(matmul64());
+  lm_schedule_interchange(c.p, 1);
+  char *want = lm_render_plan(c.p, LM_DIALECT_C);
+  cr_assert_str_eq(code3, want, "with an empty cache the plan is not the default schedule");
+  lm_free(want);
+  lowered_free(&c);
+  lm_search_report_free(&r1);
+  lm_search_report_free(&r2);
+  lm_search_report_free(&r3);
+  free(code1);
+  free(code2);
+  free(code3);
+  remove_dir(dir);
+  remove_dir(empty);
+  free(dir);
+  free(empty);
+}
+
 Test(search, corrupt_cache_lines_are_skipped_and_the_rest_still_applies, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
   lm_search_options o = opts(dir);
@@ -1784,6 +1821,15 @@ Test(search, candidates_are_launched_cut_over_threads_as_the_cpu_backend_cuts_th
   }
 }
 
+/* A search log's text (at most cap - 1 bytes). */
+static void read_log(const char *path, char *text, size_t cap) {
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no log at %s", path);
+  size_t n = fread(text, 1, cap - 1, f);
+  text[n] = 0;
+  fclose(f);
+}
+
 Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout = LM_TIMEOUT(280)) {
   char *dir = temp_dir();
   char log[4200];
@@ -1792,12 +1838,8 @@ Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout =
   o.log_path = log;
   lm_search_report rep;
   search_and_check(matmul64, &o, &rep, NULL, "logged");
-  FILE *f = fopen(log, "r");
-  cr_assert(f, "no log at %s", log);
   char text[65536];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  text[n] = 0;
-  fclose(f);
+  read_log(log, text, sizeof text);
   cr_assert(strstr(text, "cand 0 default schedule"), "%s", text);
   cr_assert(strstr(text, "e-graph:"), "%s", text);
   cr_assert(strstr(text, "winner"), "%s", text);
@@ -1806,6 +1848,48 @@ Test(search, the_log_names_candidates_times_the_winner_and_its_rules, .timeout =
   cr_assert(strstr(text, "+vec rules="), "no vector variant was timed: %s", text); /* compiled and checked */
   cr_assert(strstr(text, "default+vec"), "the default schedule's vector form was not timed: %s", text);
   lm_search_report_free(&rep);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* y[M, 16] = x[M, 16] w[16, 16] + b[K]... with M hinted (the rows a trainer will bind) and K not. */
+static lm_graph_t *hinted_rows(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim M = lm_sym(g, "M"), K = lm_sym(g, "K");
+  lm_dim dx[2] = {M, 16}, dw[2] = {16, 16}, dk[1] = {K};
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, dx), w = lm_input(g, "w", LM_ROLE_DATA, 2, dw);
+  lm_tensor k = lm_input(g, "k", LM_ROLE_DATA, 1, dk);
+  cr_assert_eq(lm_output(lm_matmul(x, w), "y"), LM_OK);
+  cr_assert_eq(lm_output(lm_sum(k, 0, 0), "s"), LM_OK);
+  cr_assert_eq(lm_sym_hint(g, "M", 48), LM_OK, "%s", lm_last_error());
+  return g;
+}
+
+Test(search, candidates_are_timed_at_the_hinted_sizes, .timeout = LM_TIMEOUT(120)) {
+  lm_graph_t *g = lm_graph_new();
+  (void)lm_sym_min(g, "off", 0);
+  cr_assert_eq(lm_sym_hint(g, "rows", 8), LM_ERR_INVALID, "a hint for a symbol the graph lacks");
+  cr_assert(strstr(lm_last_error(), "no symbol rows"), "%s", lm_last_error());
+  cr_assert_eq(lm_sym_hint(g, "off", 0), LM_ERR_INVALID, "a hint of 0 (nothing to time at)");
+  cr_assert_eq(lm_sym_hint(g, "off", 5), LM_OK, "%s", lm_last_error());
+  lm_graph_free(g);
+
+  char *dir = temp_dir();
+  char log[4200];
+  snprintf(log, sizeof log, "%s/search.log", dir);
+  lm_search_options o = opts(dir);
+  o.log_path = log;
+  o.max_candidates = 2;
+  o.generations = 0;
+  lowered l = lower(hinted_rows()); /* the hint survives canonicalisation */
+  lm_search_report rep;
+  OK(lm_search_plan(l.p, NULL, &o, &rep));
+  char text[65536];
+  read_log(log, text, sizeof text);
+  cr_assert(strstr(text, "symbol M = 48 (hinted)"), "%s", text);
+  cr_assert(strstr(text, "symbol K = 256 (guessed)"), "%s", text);
+  lm_search_report_free(&rep);
+  lowered_free(&l);
   remove_dir(dir);
   free(dir);
 }

@@ -18,6 +18,7 @@ int lm_cli_eval(int argc, char **argv);                     /* rltrain eval CKPT
 int lm_cli_compile(int argc, char **argv);                  /* rltrain compile ENV --target T */
 int lm_cli_view(int argc, char **argv);                     /* rltrain view CKPT|ENV */
 int lm_cli_plot(int argc, char **argv);                     /* rltrain plot RUN_DIR|LOG.csv */
+int lm_cli_tune(int argc, char **argv);                     /* rltrain tune ENV [--budget S] */
 
 
 /* Option values (train/cli_args.c): 1 and *out set, or 0 after printing what `opt` wants. */

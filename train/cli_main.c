@@ -43,6 +43,10 @@ static void print_usage(FILE *out) {
         "                            build every kernel of ENV's training iteration for a target\n"
         "                            (no device needed for cuda), with registers and spills\n"
         "  compile --passes          list the compiler's passes: dialects, precondition, switch\n"
+        "  tune ENV [--budget S] [training options]\n"
+        "                            search the schedules of ENV's training kernels (S seconds a\n"
+        "                            program, default 60) into the tuning cache, which rltrain ENV\n"
+        "                            then applies; times both schedules side by side (tune --help)\n"
         "  --version                 print the lumen version\n"
         "  help                      show this help (also -h, --help)\n"
         "\n"
@@ -447,6 +451,7 @@ int lm_rltrain(int argc, char **argv) {
   if (!strcmp(cmd, "view")) return lm_cli_view(argc - 2, argv + 2);
   if (!strcmp(cmd, "compile")) return lm_cli_compile(argc - 2, argv + 2);
   if (!strcmp(cmd, "plot")) return lm_cli_plot(argc - 2, argv + 2);
+  if (!strcmp(cmd, "tune")) return lm_cli_tune(argc - 2, argv + 2);
   const lm_env_spec *e = find_env(cmd);
   if (!e) return 2;
   return lm_cli_train(e->name, argc - 2, argv + 2);

@@ -50,8 +50,10 @@ static void train_usage(FILE *out) {
         "  --view              watch the current policy in a window while training (q closes it)\n"
         "  --checkpoint-every K  iterations between checkpoints (default 10)\n"
         "  --search-budget S   seconds of schedule search per program, candidates timed on the\n"
-        "                      device (cpu, opencl, cuda; 0 = the default schedule); winners\n"
-        "                      are cached, so a rerun does no search\n"
+        "                      device (cpu, opencl, cuda); winners are cached, so a rerun does\n"
+        "                      no search. Without it the tuning cache's decisions for these\n"
+        "                      kernels apply (`rltrain tune ENV` fills it); 0: the default\n"
+        "                      schedule, the cache ignored\n"
         "  --quiet             no per-iteration output\n"
         "  --dist-timeout S    under mpirun: seconds a rank waits for the others in a collective\n"
         "                      before it names the ranks it has not heard from and ends the job\n"
@@ -286,8 +288,14 @@ static int resume_conflicts(const lm_ppo_config *want, const lm_ppo_config *save
   return bad;
 }
 
-static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d) {
+static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget);
+
+/* tune: NULL to train, else `rltrain tune`'s budget (seconds of search per program) */
+static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d, const char *tune) {
   int K = lm_dist_size(d), rank = lm_dist_rank(d), lead = rank == 0;
+  /* the tuning cache's decisions apply unless the user says otherwise (--search-budget, the
+   * variable itself): read when each program compiles (lumen/search.h, cache_only) */
+  setenv("LUMEN_SEARCH_CACHE_ONLY", "1", 0);
   const lm_env_spec *env = lm_env_find(env_name);
   if (!env) {
     fprintf(stderr, "rltrain: %s (see 'rltrain list')\n", lm_last_error());
@@ -404,9 +412,10 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
       if (!lm_cli_int(o, a, 1, 1000000000, &e)) return LM_CLI_USAGE;
       every = (long)e;
       GIVEN("checkpoint_every");
-    } else if (!strcmp(o, "--search-budget")) {
+    } else if (!strcmp(o, "--search-budget") && !tune) {
       if (!lm_cli_real(o, a, 0, 86400, &v)) return LM_CLI_USAGE;
       setenv("LUMEN_SEARCH_BUDGET", a, 1); /* read when the backend compiles */
+      if (v == 0) setenv("LUMEN_SEARCH_CACHE_ONLY", "0", 1);
     }
     else return bad("unknown option %s", o);
   }
@@ -415,6 +424,11 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d)
   if (!resume && lm_ppo_config_check(&cfg) != LM_OK) {
     fprintf(stderr, "rltrain: %s (see rltrain %s --help)\n", lm_last_error(), env->name);
     return LM_CLI_USAGE;
+  }
+  if (tune) {
+    if (resume || out) return bad("%s: 'rltrain tune' writes no run (it takes the training settings only)",
+                                  resume ? "--resume" : "--out");
+    return tune_main(env, &cfg, device, tune);
   }
   char dir[4096], path[4200];
   if (resume) {
@@ -719,19 +733,145 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
   for (int i = 0; i + 1 < argc; i++)
     if (!strcmp(argv[i], "--dist-timeout")) given = argv[i + 1], from = "--dist-timeout";
   if (given && *given && !lm_cli_real(from, given, 0.001, 1e6, &timeout)) return LM_CLI_USAGE;
-  if (!lm_dist_launched()) return train_main(env_name, argc, argv, NULL);
+  if (!lm_dist_launched()) return train_main(env_name, argc, argv, NULL, NULL);
   lm_dist_t *d = lm_dist_open(timeout);
   if (!d) {
     fprintf(stderr, "rltrain: %s\n", lm_last_error());
     return 1;
   }
-  int rc = train_main(env_name, argc, argv, d);
+  int rc = train_main(env_name, argc, argv, d, NULL);
   if (rc != 0 && lm_dist_size(d) > 1) {
     fprintf(stderr, "rltrain: rank %d of %d stops (exit status %d, the reason above); ending the job on every rank\n",
             lm_dist_rank(d), lm_dist_size(d), rc);
     lm_dist_abort(d, rc);
   }
   lm_dist_close(d);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- tune */
+
+static void tune_usage(FILE *out) {
+  fputs("usage: rltrain tune ENV [--budget S] [training options]\n"
+        "\n"
+        "Searches the schedules of the kernels of ENV's training programs at these settings (the\n"
+        "bootstrap, GAE and the minibatch update; the fused rollout is shaped by its own passes) for\n"
+        "up to S seconds a program (default 60), on the device --device picks, and keeps every\n"
+        "decision in the tuning cache. Then times training iterations with the searched kernels and\n"
+        "with the default schedule, side by side, and prints both. `rltrain ENV` with the same\n"
+        "settings (the sizes key the cache) then runs the searched kernels; --search-budget 0 runs\n"
+        "the default schedule. Takes rltrain's training options (see rltrain ENV --help) except\n"
+        "--out, --resume and --search-budget; writes no run.\n",
+        out);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+enum { TUNE_ROUNDS = 9 };
+
+/* Seconds of `reps` iterations of t; < 0 when one failed (said). */
+static double time_iterations(lm_trainer *t, int reps) {
+  lm_iter_stats s;
+  double t0 = now();
+  for (int r = 0; r < reps; r++)
+    if (lm_trainer_iterate(t, &s) != LM_OK) {
+      fprintf(stderr, "rltrain: %s\n", lm_last_error());
+      return -1;
+    }
+  return now() - t0;
+}
+
+static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget) {
+  char why[1024];
+  lm_backend_t *b = lm_backend_open(device, why, sizeof why);
+  if (!b) {
+    fprintf(stderr, "rltrain: no device: %s\n", lm_last_error());
+    return 1;
+  }
+  printf("rltrain tune %s: %s\nsearching each training program for up to %s s ...\n", env->name, why, budget);
+  fflush(stdout);
+  setenv("LUMEN_SEARCH_BUDGET", budget, 1); /* read as each program compiles */
+  setenv("LUMEN_SEARCH_CACHE_ONLY", "0", 1);
+  double t0 = now();
+  lm_trainer *tuned = lm_trainer_new(b, env, cfg);
+  double search_s = now() - t0;
+  setenv("LUMEN_SEARCH_BUDGET", "0", 1); /* the default schedule, the cache ignored */
+  lm_trainer *plain = tuned ? lm_trainer_new(b, env, cfg) : NULL;
+  unsetenv("LUMEN_SEARCH_BUDGET");
+  int rc = 1;
+  if (!tuned || !plain) {
+    fprintf(stderr, "rltrain: %s\n", lm_last_error());
+    goto done;
+  }
+  printf("searched in %.1f s; the decisions are in the tuning cache\n", search_s);
+  /* one iteration each first (first-run work), then enough per sample for ~50 ms */
+  double w1 = time_iterations(tuned, 1), w2 = w1 < 0 ? -1 : time_iterations(plain, 1);
+  if (w1 < 0 || w2 < 0) goto done;
+  double one = w1 > w2 ? w1 : w2;
+  int reps = one > 0.05 ? 1 : one > 0 ? (int)(0.05 / one) + 1 : 100;
+  double ts[TUNE_ROUNDS], tp[TUNE_ROUNDS];
+  for (int r = 0; r < TUNE_ROUNDS; r++) { /* alternating, so that both see the same load */
+    double a = r % 2 ? time_iterations(plain, reps) : time_iterations(tuned, reps);
+    double c = r % 2 ? time_iterations(tuned, reps) : time_iterations(plain, reps);
+    if (a < 0 || c < 0) goto done;
+    ts[r] = (r % 2 ? c : a) / reps;
+    tp[r] = (r % 2 ? a : c) / reps;
+  }
+  qsort(ts, TUNE_ROUNDS, sizeof *ts, cmp_double);
+  qsort(tp, TUNE_ROUNDS, sizeof *tp, cmp_double);
+  double ms = 1e3 * ts[TUNE_ROUNDS / 2], mp = 1e3 * tp[TUNE_ROUNDS / 2];
+  printf("one training iteration (median of %d samples of %d, alternating): searched %.3f ms, default %.3f ms: "
+         "%.2fx\n", TUNE_ROUNDS, reps, ms, mp, mp / ms);
+  if (mp / ms < 0.97)
+    printf("the searched kernels are slower here: train with --search-budget 0, or tune again with a larger "
+           "--budget\n");
+  else
+    printf("rltrain %s with these settings now runs the searched kernels (--search-budget 0: the default "
+           "schedule)\n", env->name);
+  rc = 0;
+done:
+  lm_trainer_free(plain);
+  lm_trainer_free(tuned);
+  lm_backend_free(b);
+  return rc;
+}
+
+int lm_cli_tune(int argc, char **argv) {
+  if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+    tune_usage(stdout);
+    return 0;
+  }
+  if (argc < 1 || argv[0][0] == '-') {
+    tune_usage(stderr);
+    return LM_CLI_USAGE;
+  }
+  if (lm_dist_launched()) {
+    fprintf(stderr, "rltrain: tune runs in one process (not under mpirun): the tuning cache is per machine\n");
+    return LM_CLI_USAGE;
+  }
+  const char *budget = "60";
+  char **rest = malloc((size_t)argc * sizeof *rest);
+  if (!rest) return LM_CLI_FAILED;
+  int n = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--budget")) {
+      double v;
+      if (i + 1 >= argc) {
+        free(rest);
+        return bad("option %s needs a value", "--budget");
+      }
+      if (!lm_cli_real("--budget", argv[i + 1], 0.001, 86400, &v)) {
+        free(rest);
+        return LM_CLI_USAGE;
+      }
+      budget = argv[++i];
+    } else rest[n++] = argv[i];
+  }
+  int rc = train_main(argv[0], n, rest, NULL, budget);
+  free(rest);
   return rc;
 }
 

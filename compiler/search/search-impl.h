@@ -177,6 +177,6 @@ void sk_trace_free(sk_trace *tr);
 #define SK_TILE_SEEDS 6
 
 /* part of every cache key: bumped when the rules, extraction or variants change what a search would decide */
-#define LM_SEARCH_VERSION "lumen-search-5"
+#define LM_SEARCH_VERSION "lumen-search-6"
 
 #endif

@@ -49,6 +49,7 @@ void lm_search_options_init(lm_search_options *o) {
   }
   if ((e = getenv("LUMEN_SEARCH_LOG")) && *e) o->log_path = e;
   if ((e = getenv("LUMEN_SEARCH_CACHE")) && !strcmp(e, "0")) o->use_cache = 0;
+  if ((e = getenv("LUMEN_SEARCH_CACHE_ONLY")) && !strcmp(e, "1")) o->cache_only = 1;
   if ((e = getenv("LUMEN_SEARCH_EXACT")) && !strcmp(e, "1")) o->allow_rounding = 0;
 }
 
@@ -370,10 +371,23 @@ static int gpu_one(const lm_plan *plan, lm_kernel *k, const lm_gpu_options *go) 
   return r;
 }
 
-/* The kernel as the backend would run it without a search: the cpu's interchange, or on a
- * device the work-group schedules the backend applies after lowering. */
+/* The kernel's unroll and jam (compiler/jam.c), in place, as the cpu's pipeline gives every
+ * kernel after the interchange; 1 when it applies. */
+static int jam_one(lm_plan *plan, lm_kernel *k) {
+  if (getenv("LUMEN_NO_JAM")) return 0;
+  lm_plan tmp = *plan;
+  tmp.kernels = k;
+  tmp.nkernels = tmp.kernelcap = 1;
+  return lm_schedule_jam(&tmp, 0) > 0;
+}
+
+/* The kernel as the backend would run it without a search: on the cpu the interchange and the
+ * unroll and jam (a baseline without the jam, which makes the default's matmuls 1.2-3.5x faster,
+ * let candidates win that ran slower than the kernel they replaced: MinAtar Breakout's training
+ * with searched kernels 3x slower than without), or on a device the work-group schedules the
+ * backend applies after lowering. */
 static int default_rewrite(sctx *c, lm_kernel *k) {
-  if (!c->dev) return interchange_one(c->plan, k);
+  if (!c->dev) return interchange_one(c->plan, k) + jam_one(c->plan, k);
   return c->dev->gpu && lm_gpu_schedules_enabled() ? gpu_one(c->plan, k, c->dev->gpu) : 0;
 }
 
@@ -510,7 +524,7 @@ static int add_kernel(sctx *c, lm_sk *s, job *j, const sk_term *t, const uint32_
   return (int)j->nc - 1;
 }
 
-/* c[0]: the default schedule (the lowered kernel after the interchange rewrite). */
+/* c[0]: the default schedule (the lowered kernel after the default's rewrite, default_rewrite). */
 static lm_status default_cand(sctx *c, job *j) {
   lm_plan *plan = c->plan;
   if (!LM_GROW(j->c, j->cap, 1)) return LM_ERR_NOMEM;
@@ -1113,7 +1127,7 @@ static void replace_kernel(sctx *c, uint32_t ki, lm_kernel *k) {
   lm_kernel *old = &c->plan->kernels[ki];
   memcpy(k->name, old->name, sizeof k->name);
   k->anchor = old->anchor;
-  k->fixed = c->dev != NULL; /* as measured: the backend's passes leave it */
+  k->fixed = 1; /* as measured: the backend's passes (the cpu's jam among them) leave it */
   lm_kernel_free(old);
   *old = *k;
   memset(k, 0, sizeof *k);
@@ -1407,7 +1421,7 @@ static void kernel_stage(sctx *c, uint8_t *won) {
       nj++;
     }
   }
-  if (!nj) goto done;
+  if (!nj || !(c->o->budget_s > 0)) goto done; /* cache_only: what the cache does not hold keeps the default */
   /* the default schedules, compiled together and timed: the budget goes to the slow ones */
   for (size_t q = 0; q < nj; q++)
     if (default_cand(c, &jobs[q]) != LM_OK) job_free(&jobs[q]);
@@ -1747,6 +1761,7 @@ static void plan_stage(sctx *c) {
     s.rounding = 0;
     if ((root = plan_root(&s, plan)) == LM_EG_NONE) goto done;
   }
+  if (!(c->o->budget_s > 0)) goto done; /* cache_only */
   if (c->dev && c->o->budget_s < 30) { /* judging builds two whole plans: a device compiler is slow */
     logf_(c, "plan: kernel fusion not tried: on a device a search under 30 s keeps its budget for the kernels\n");
     goto done;
@@ -1840,7 +1855,7 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
   memset(rep, 0, sizeof *rep);
   if (!plan || !plan->g) return lm_fail(LM_ERR_INVALID, "search: no plan");
   rep->kernels_before = rep->kernels_after = (int)plan->nkernels;
-  if (!(opts->budget_s > 0)) {
+  if (!(opts->budget_s > 0) && !(opts->cache_only && opts->use_cache)) {
     for (size_t i = 0; !dev && i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
     return LM_OK;
   }
@@ -1850,7 +1865,7 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
   uint8_t *won = NULL;
   c.t0 = now_(&c);
   double wall0 = lm_search_now();
-  c.deadline = c.t0 + opts->budget_s;
+  c.deadline = c.t0 + (opts->budget_s > 0 ? opts->budget_s : 0); /* cache_only: none */
   lm_status st = LM_OK;
   const lm_exprs *x = &plan->g->x;
   c.syms = lm_calloc(x->nsyms + 1, sizeof *c.syms);
@@ -1864,7 +1879,7 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
   }
   for (size_t i = 0; i < x->nsyms; i++) {
     int64_t d = opts->sym_default > 0 ? opts->sym_default : 256;
-    c.syms[i] = syms ? syms[i] : (d > x->syms[i].least ? d : x->syms[i].least);
+    c.syms[i] = syms ? syms[i] : x->syms[i].hint ? x->syms[i].hint : (d > x->syms[i].least ? d : x->syms[i].least);
   }
   lm_sk probe = {.rounding = opts->allow_rounding, .stage = SK_STAGE_KERNEL, .gpu = c.dialect != LM_DIALECT_C};
   for (int r = 0; r < nr; r++) c.enabled_k[r] = (uint8_t)sk_rule_stage_ok(&probe, r);
@@ -1891,10 +1906,15 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
              (unsigned long long)lm_hash_bytes(c.devid, strlen(c.devid), 0));
     if (skc_load(&c.cache, path) != LM_OK) memset(&c.cache, 0, sizeof c.cache);
   }
+  if (!(opts->budget_s > 0) && !c.cache.n) goto done; /* cache_only, and the cache holds nothing */
   const char *lp = opts->log_path;
   if (lp && *lp) c.log = fopen(lp, "a");
-  logf_(&c, "==== lumen search: %zu kernels, budget %.1f s, device %s\n", plan->nkernels, opts->budget_s, c.devid);
+  logf_(&c, "==== lumen search: %zu kernels, budget %.1f s%s, device %s\n", plan->nkernels, opts->budget_s,
+        opts->budget_s > 0 ? "" : " (the tuning cache's decisions only)", c.devid);
   if (c.cache.skipped) logf_(&c, "cache %s: %zu malformed lines skipped\n", path, c.cache.skipped);
+  for (size_t i = 0; i < x->nsyms; i++) /* the sizes candidates are timed at */
+    logf_(&c, "symbol %s = %lld%s\n", x->syms[i].name, (long long)c.syms[i],
+          syms ? " (bound)" : x->syms[i].hint ? " (hinted)" : " (guessed)");
 
   plan_stage(&c);
   rep->kernels_after = (int)plan->nkernels;

@@ -85,6 +85,11 @@ void lm_graph_promise_finite(lm_graph_t *g);
  * least value (0 for offsets such as a shuffle's b). Same name -> same symbol. */
 lm_dim lm_sym(lm_graph_t *g, const char *name);
 lm_dim lm_sym_min(lm_graph_t *g, const char *name, int64_t least);
+/* The value symbol `name` is expected to take when the graph runs (PPO's minibatch rows, say).
+ * Nothing binds it: a schedule search (lumen/search.h) times its candidates at it, where it
+ * would otherwise guess 256, and keys its tuning cache by it. Fails with LM_ERR_INVALID for a
+ * symbol the graph does not have or a value below the symbol's least. */
+lm_status lm_sym_hint(lm_graph_t *g, const char *name, int64_t value);
 lm_dim lm_dim_mul(lm_graph_t *g, lm_dim a, lm_dim b);
 lm_dim lm_dim_add(lm_graph_t *g, lm_dim a, lm_dim b);
 /* Writes the dimension as text ("4", "N", "N*T") into buf; returns buf. */

@@ -29,6 +29,9 @@ typedef struct lm_search_options {
   int samples;          /* genomes drawn per kernel before ranking, default 160 */
   int threads;          /* thread pool size for timing (0: $LUMEN_THREADS or every CPU) */
   int use_cache;        /* read and write the tuning cache (default 1; $LUMEN_SEARCH_CACHE=0 turns off) */
+  int cache_only;       /* with no budget: apply what the tuning cache decided for a kernel (checked once
+                           per process), search nothing, the rest keeps the default schedule (default 0;
+                           $LUMEN_SEARCH_CACHE_ONLY=1, which rltrain sets: `rltrain tune` fills the cache) */
   const char *cache_dir;/* NULL: the kernel cache directory ($LUMEN_CACHE_DIR, ...) */
   const char *log_path; /* NULL: $LUMEN_SEARCH_LOG; a file appended with every candidate tried */
   int allow_rounding;   /* rules that change rounding (checked with a looser tolerance), default 1
@@ -42,7 +45,8 @@ typedef struct lm_search_options {
 } lm_search_options;
 
 /* Defaults, then the environment: LUMEN_SEARCH_BUDGET (seconds), LUMEN_SEARCH_LOG (file),
- * LUMEN_SEARCH_CACHE (0 disables the cache), LUMEN_SEARCH_EXACT (1: exact rules only). */
+ * LUMEN_SEARCH_CACHE (0 disables the cache), LUMEN_SEARCH_CACHE_ONLY (1: cache_only),
+ * LUMEN_SEARCH_EXACT (1: exact rules only). */
 void lm_search_options_init(lm_search_options *o);
 
 /* What one search did, per kernel and in total. */
