@@ -1470,12 +1470,18 @@ Test(cli, compile_lists_the_pass_table_and_the_kernels_per_graph, .timeout = LM_
   cr_assert(per && strstr(per, " update "), "no kernels per graph line:\n%s", out);
 }
 
-/* rltrain tune searches into a tuning cache of its own (LUMEN_CACHE_DIR), times both schedules
- * and says so; a later rltrain run applies the cache (the search log names its decisions), and
- * --search-budget 0 ignores it. Bad input is refused. Nothing here depends on timings: only the
- * report's lines and the cache's presence are checked. */
-Test(cli, tune_fills_the_tuning_cache_that_rltrain_then_applies, .timeout = LM_TIMEOUT(240)) {
-  char dir[] = "/tmp/lumen-tune-XXXXXX", args[1024];
+/* rltrain applies the tuning cache's decisions (its search log names them) unless
+ * --search-budget 0; rltrain tune searches, times both schedules and keeps its decisions only when
+ * the searched kernels trained faster, else puts the cache back byte for byte. Which way tune goes
+ * depends on timings: each way is checked for what it must leave behind. Bad input is refused. */
+static void cli_cache_text(const char *dir, char *text, size_t cap) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "cat '%s'/search-*.txt 2>/dev/null", dir);
+  shell(cmd, text, cap);
+}
+
+Test(cli, rltrain_applies_the_tuning_cache_and_tune_keeps_only_what_trains_faster, .timeout = LM_TIMEOUT(240)) {
+  char dir[] = "/tmp/lumen-tune-XXXXXX", cmd[2048];
   cr_assert(mkdtemp(dir));
   cr_assert_eq(rltrain("tune --help", out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "--budget"), "%s", out);
@@ -1488,18 +1494,9 @@ Test(cli, tune_fills_the_tuning_cache_that_rltrain_then_applies, .timeout = LM_T
   cr_assert(strstr(out, "writes no run"), "%s", out);
   cr_assert_eq(rltrain("tune cartpole --search-budget 3", out, sizeof out), 2, "%s", out);
   cr_assert_eq(rltrain("tune cartpole --envs 0", out, sizeof out), 2, "%s", out);
-  snprintf(args, sizeof args, "tune cartpole --budget 10 --envs 8 --steps 16 --minibatches 2 --epochs 1 "
-                              "--hidden 16,16 2>&1; echo tune_rc=$?; ls '%s'", dir);
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "LUMEN_CACHE_DIR='%s' '%s' %s", dir, RLTRAIN, args);
-  shell(cmd, out, sizeof out);
-  cr_assert(strstr(out, "tune_rc=0"), "%s", out);
-  cr_assert(strstr(out, "searched in ") && strstr(out, "one training iteration") && strstr(out, "default "),
-            "%s", out);
-  cr_assert(strstr(out, "search-"), "no tuning cache file in %s:\n%s", dir, out);
-  /* a run with the same settings applies the cache's decisions; --search-budget 0 does not look */
-  static const char *const modes[] = {"", "--search-budget 0"};
-  for (int m = 0; m < 2; m++) {
+  /* a search fills the cache; a later run applies it, and --search-budget 0 does not look */
+  static const char *const modes[] = {"--search-budget 5", "", "--search-budget 0"};
+  for (int m = 0; m < 3; m++) {
     snprintf(cmd, sizeof cmd,
              "cd '%s' && LUMEN_CACHE_DIR='%s' LUMEN_SEARCH_LOG='%s/log%d.txt' '%s' cartpole --envs 8 --steps 16 "
              "--minibatches 2 --epochs 1 --hidden 16,16 --total-steps 256 --quiet --out run%d %s >/dev/null 2>&1; "
@@ -1507,8 +1504,32 @@ Test(cli, tune_fills_the_tuning_cache_that_rltrain_then_applies, .timeout = LM_T
              dir, dir, dir, m, RLTRAIN, m, modes[m], dir, m);
     shell(cmd, out, sizeof out);
     cr_assert(strstr(out, "rc=0"), "%s", out);
-    if (m == 0) cr_assert(strstr(out, "the tuning cache's decisions only") && strstr(out, "from the cache"), "%s", out);
-    else cr_assert(!strstr(out, "from the cache"), "--search-budget 0 applied the cache:\n%s", out);
+    if (m == 1) cr_assert(strstr(out, "the tuning cache's decisions only") && strstr(out, "from the cache"), "%s", out);
+    if (m == 2) cr_assert(!strstr(out, "from the cache"), "--search-budget 0 applied the cache:\n%s", out);
+  }
+  static char was[1 << 16], now_[1 << 16];
+  cli_cache_text(dir, was, sizeof was);
+  cr_assert(strlen(was) > 0, "the search left no tuning cache in %s", dir);
+  /* --no-keep: a measurement only, the cache put back whatever the times */
+  snprintf(cmd, sizeof cmd,
+           "LUMEN_CACHE_DIR='%s' '%s' tune cartpole --no-keep --budget 5 --envs 8 --steps 16 --minibatches 2 "
+           "--epochs 1 --hidden 24,24 2>&1; echo tune_rc=$?", dir, RLTRAIN);
+  shell(cmd, out, sizeof out);
+  cr_assert(strstr(out, "tune_rc=0") && strstr(out, "--no-keep: the tuning cache"), "%s", out);
+  cli_cache_text(dir, now_, sizeof now_);
+  cr_assert_str_eq(now_, was, "tune --no-keep did not put the cache back:\n%s", out);
+  snprintf(cmd, sizeof cmd,
+           "LUMEN_CACHE_DIR='%s' '%s' tune cartpole --budget 5 --envs 8 --steps 16 --minibatches 2 --epochs 1 "
+           "--hidden 24,24 2>&1; echo tune_rc=$?", dir, RLTRAIN);
+  shell(cmd, out, sizeof out);
+  cr_assert(strstr(out, "tune_rc=0"), "%s", out);
+  cr_assert(strstr(out, "searched in ") && strstr(out, "one training iteration") && strstr(out, "default "),
+            "%s", out);
+  cli_cache_text(dir, now_, sizeof now_);
+  if (strstr(out, "not faster")) cr_assert_str_eq(now_, was, "tune did not put the cache back:\n%s", out);
+  else {
+    cr_assert(strstr(out, "kept in the tuning cache"), "%s", out);
+    cr_assert(strlen(now_) > strlen(was), "tune kept nothing in the cache:\n%s", out);
   }
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cc.h"
 #include "cli.h"
 #include "lumen/lumen.h"
 #include "lumen/viz.h"
@@ -288,7 +289,9 @@ static int resume_conflicts(const lm_ppo_config *want, const lm_ppo_config *save
   return bad;
 }
 
-static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget);
+static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget,
+                     int keep);
+static int tune_keep = 1; /* rltrain tune --no-keep: 0 */
 
 /* tune: NULL to train, else `rltrain tune`'s budget (seconds of search per program) */
 static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d, const char *tune) {
@@ -428,7 +431,7 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d,
   if (tune) {
     if (resume || out) return bad("%s: 'rltrain tune' writes no run (it takes the training settings only)",
                                   resume ? "--resume" : "--out");
-    return tune_main(env, &cfg, device, tune);
+    return tune_main(env, &cfg, device, tune, tune_keep);
   }
   char dir[4096], path[4200];
   if (resume) {
@@ -752,16 +755,18 @@ int lm_cli_train(const char *env_name, int argc, char **argv) {
 /* ---------------------------------------------------------------- tune */
 
 static void tune_usage(FILE *out) {
-  fputs("usage: rltrain tune ENV [--budget S] [training options]\n"
+  fputs("usage: rltrain tune ENV [--budget S] [--no-keep] [training options]\n"
         "\n"
         "Searches the schedules of the kernels of ENV's training programs at these settings (the\n"
         "bootstrap, GAE and the minibatch update; the fused rollout is shaped by its own passes) for\n"
         "up to S seconds a program (default 60), on the device --device picks, and keeps every\n"
         "decision in the tuning cache. Then times training iterations with the searched kernels and\n"
-        "with the default schedule, side by side, and prints both. `rltrain ENV` with the same\n"
-        "settings (the sizes key the cache) then runs the searched kernels; --search-budget 0 runs\n"
-        "the default schedule. Takes rltrain's training options (see rltrain ENV --help) except\n"
-        "--out, --resume and --search-budget; writes no run.\n",
+        "with the default schedule, side by side, and prints both. The decisions stay in the cache\n"
+        "only if the searched kernels trained faster (else the cache is put back as it was): then\n"
+        "`rltrain ENV` with the same settings (the sizes key the cache) runs them; --search-budget 0\n"
+        "runs the default schedule. --no-keep puts the cache back whatever the times (a measurement\n"
+        "only). Takes rltrain's training options (see rltrain ENV --help) except --out, --resume\n"
+        "and --search-budget; writes no run.\n",
         out);
 }
 
@@ -770,7 +775,94 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-enum { TUNE_ROUNDS = 9 };
+enum { TUNE_ROUNDS = 9, TUNE_MAX_FILES = 64 };
+
+/* The tuning cache's files (search-*.txt, one per device) in a cache directory, read whole. */
+typedef struct tune_file {
+  char name[256];
+  char *data;
+  size_t n;
+} tune_file;
+
+static int is_tuning_file(const char *name) {
+  size_t n = strlen(name);
+  return !strncmp(name, "search-", 7) && n > 11 && !strcmp(name + n - 4, ".txt") && n < 256;
+}
+
+/* Reads every tuning cache file of dir into fs (at most TUNE_MAX_FILES); their count, -1 when one
+ * could not be read. */
+static int tune_snapshot(const char *dir, tune_file *fs) {
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : -1;
+  int n = 0, ok = 1;
+  for (struct dirent *e; ok && (e = readdir(d));) {
+    if (!is_tuning_file(e->d_name)) continue;
+    if (n == TUNE_MAX_FILES) {
+      ok = 0;
+      break;
+    }
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "rb");
+    tune_file *t = &fs[n];
+    snprintf(t->name, sizeof t->name, "%s", e->d_name);
+    t->data = NULL, t->n = 0;
+    if (!f) {
+      ok = 0;
+      break;
+    }
+    for (size_t cap = 0;;) {
+      if (t->n == cap) {
+        char *g = realloc(t->data, cap = cap ? 2 * cap : 65536);
+        if (!g) break;
+        t->data = g;
+      }
+      size_t r = fread(t->data + t->n, 1, cap - t->n, f);
+      t->n += r;
+      if (r == 0) break;
+    }
+    ok = !ferror(f) && t->data;
+    fclose(f);
+    n++;
+  }
+  closedir(d);
+  if (!ok) {
+    for (int i = 0; i < n; i++) free(fs[i].data);
+    return -1;
+  }
+  return n;
+}
+
+/* Puts dir's tuning cache files back as fs holds them: each rewritten (a temporary file, then
+ * renamed over it), the files made since removed. 1 when all went back. */
+static int tune_restore(const char *dir, const tune_file *fs, int n) {
+  int ok = 1;
+  DIR *d = opendir(dir);
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));) {
+      if (!is_tuning_file(e->d_name)) continue;
+      int kept = 0;
+      for (int i = 0; i < n && !kept; i++) kept = !strcmp(fs[i].name, e->d_name);
+      char path[4400];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      if (!kept && remove(path) != 0) ok = 0;
+    }
+    closedir(d);
+  }
+  for (int i = 0; i < n; i++) {
+    char path[4400], tmp[4500];
+    snprintf(path, sizeof path, "%s/%s", dir, fs[i].name);
+    snprintf(tmp, sizeof tmp, "%s.tune-%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int w = f && fwrite(fs[i].data, 1, fs[i].n, f) == fs[i].n;
+    if (f && fclose(f) != 0) w = 0;
+    if (!w || rename(tmp, path) != 0) {
+      remove(tmp);
+      ok = 0;
+    }
+  }
+  return ok;
+}
 
 /* Seconds of `reps` iterations of t; < 0 when one failed (said). */
 static double time_iterations(lm_trainer *t, int reps) {
@@ -784,7 +876,8 @@ static double time_iterations(lm_trainer *t, int reps) {
   return now() - t0;
 }
 
-static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget) {
+static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget,
+                     int keep) {
   char why[1024];
   lm_backend_t *b = lm_backend_open(device, why, sizeof why);
   if (!b) {
@@ -793,6 +886,18 @@ static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const cha
   }
   printf("rltrain tune %s: %s\nsearching each training program for up to %s s ...\n", env->name, why, budget);
   fflush(stdout);
+  /* the cache as it was, put back if the searched kernels do not train faster */
+  char cache_dir[4096];
+  snprintf(cache_dir, sizeof cache_dir, "%s", lm_cc_cache_dir());
+  tune_file *before = calloc(TUNE_MAX_FILES, sizeof *before);
+  int nbefore = before ? tune_snapshot(cache_dir, before) : -1;
+  if (nbefore < 0) {
+    fprintf(stderr, "rltrain: cannot read the tuning cache in %s (%s)\n", cache_dir,
+            before ? "more files than expected, or one unreadable" : "out of memory");
+    free(before);
+    lm_backend_free(b);
+    return 1;
+  }
   setenv("LUMEN_SEARCH_BUDGET", budget, 1); /* read as each program compiles */
   setenv("LUMEN_SEARCH_CACHE_ONLY", "0", 1);
   double t0 = now();
@@ -806,7 +911,7 @@ static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const cha
     fprintf(stderr, "rltrain: %s\n", lm_last_error());
     goto done;
   }
-  printf("searched in %.1f s; the decisions are in the tuning cache\n", search_s);
+  printf("searched in %.1f s\n", search_s);
   /* one iteration each first (first-run work), then enough per sample for ~50 ms */
   double w1 = time_iterations(tuned, 1), w2 = w1 < 0 ? -1 : time_iterations(plain, 1);
   if (w1 < 0 || w2 < 0) goto done;
@@ -825,17 +930,23 @@ static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const cha
   double ms = 1e3 * ts[TUNE_ROUNDS / 2], mp = 1e3 * tp[TUNE_ROUNDS / 2];
   printf("one training iteration (median of %d samples of %d, alternating): searched %.3f ms, default %.3f ms: "
          "%.2fx\n", TUNE_ROUNDS, reps, ms, mp, mp / ms);
-  if (mp / ms < 0.97)
-    printf("the searched kernels are slower here: train with --search-budget 0, or tune again with a larger "
-           "--budget\n");
-  else
-    printf("rltrain %s with these settings now runs the searched kernels (--search-budget 0: the default "
-           "schedule)\n", env->name);
-  rc = 0;
+  if (keep && ms < mp) {
+    printf("kept in the tuning cache (%s): rltrain %s with these settings runs the searched kernels "
+           "(--search-budget 0: the default schedule)\n", cache_dir, env->name);
+    rc = 0;
+  } else if (tune_restore(cache_dir, before, nbefore)) {
+    printf("%s: the tuning cache (%s) is as it was, and rltrain %s keeps the default schedule\n",
+           keep ? "not faster" : "--no-keep", cache_dir, env->name);
+    rc = 0;
+  } else
+    fprintf(stderr, "rltrain: the searched kernels are not faster, and the tuning cache in %s could not be put "
+                    "back as it was (%s): train with --search-budget 0\n", cache_dir, strerror(errno));
 done:
   lm_trainer_free(plain);
   lm_trainer_free(tuned);
   lm_backend_free(b);
+  for (int i = 0; i < nbefore; i++) free(before[i].data);
+  free(before);
   return rc;
 }
 
@@ -868,7 +979,8 @@ int lm_cli_tune(int argc, char **argv) {
         return LM_CLI_USAGE;
       }
       budget = argv[++i];
-    } else rest[n++] = argv[i];
+    } else if (!strcmp(argv[i], "--no-keep")) tune_keep = 0;
+    else rest[n++] = argv[i];
   }
   int rc = train_main(argv[0], n, rest, NULL, budget);
   free(rest);
