@@ -234,10 +234,12 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
     pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes};
     st = run_stage(DEVICE, &c);
   }
-  /* a graph that allows contraction: its kernels may fuse a*b + c (the C dialect's FMAs; the
-   * search's candidates were timed without, and jam's blocks are the same either way) */
+  /* a graph that allows contraction: its kernels may fuse a*b + c (the C dialect's FMAs; jam's
+   * blocks are the same either way), except those the search timed as they are (a register
+   * tile left to clang's vectoriser with contraction on spills its accumulators: 75 -> 31
+   * GFLOP/s, compiler/search/vec.c) */
   if (st == LM_OK && out->g->contract && !out->fused)
-    for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].contract = 1;
+    for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].contract |= !out->plan->kernels[i].measured;
   if (st != LM_OK) lm_compiled_free(out);
   return st;
 }

@@ -211,7 +211,7 @@ static void plan_tiles(jam *j, int f) {
 
 /* A plain parallel outer loop: no lanes, vectors, work-groups or searched schedule. */
 static int plain(const lm_kernel *k) {
-  return k->npar >= 1 && !k->fixed && !k->group && !k->nshared && !k->contract && k->nloops <= 64 &&
+  return k->npar >= 1 && !k->fixed && !k->measured && !k->group && !k->nshared && !k->contract && k->nloops <= 64 &&
          k->loops[0].kind == LM_L_PARALLEL && k->loops[0].parent == -1;
 }
 

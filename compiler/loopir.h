@@ -107,6 +107,9 @@ typedef struct lm_kernel {
   uint8_t *shared;
   size_t nshared, sharedcap;
   uint8_t fixed; /* the search measured this schedule on the device: later passes leave it */
+  uint8_t measured; /* the cpu search timed this kernel's body as it is: the jam leaves it, while
+                     * the epilogue, the merge and the join may still put it beside its neighbours
+                     * (as they do the default's kernels it is compared with) */
   uint8_t contract; /* C dialect: the compiler may fuse a*b + c into one FMA (rounds once, not
                      * twice as the reference does): the search's vector variant, gated with
                      * the tolerance of rules that change rounding */

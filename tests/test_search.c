@@ -1250,6 +1250,40 @@ Test(search, a_second_run_with_a_warm_cache_does_no_search, .timeout = LM_TIMEOU
   free(dir);
 }
 
+/* A graph that allows contraction: the default's kernels get FMAs at the end of lm_compile_ex,
+ * while a searched winner keeps the contraction it was timed with (a vector variant's FMAs, or
+ * none): a register tile timed without FMAs and run with them spills its accumulators. */
+static lm_graph_t *contracting_matmul(void) {
+  lm_graph_t *g = matmul64();
+  lm_graph_set_contraction(g, 1);
+  return g;
+}
+
+Test(search, winners_run_with_the_contraction_they_were_timed_with, .timeout = LM_TIMEOUT(280)) {
+  char *dir = temp_dir();
+  lm_search_options o = opts(dir);
+  lm_compile_options co = {.search = &o, .interchange = 1, .stage = 1, .join = 1};
+  lm_graph_t *g = contracting_matmul();
+  lm_compiled comp;
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  int measured = 0;
+  for (size_t i = 0; i < comp.plan->nkernels; i++) {
+    const lm_kernel *k = &comp.plan->kernels[i];
+    int vec = 0;
+    for (size_t l = 0; l < k->nloops; l++) vec |= k->loops[l].kind == LM_L_VECTOR;
+    if (k->measured) {
+      measured++;
+      cr_assert_eq(k->contract, vec, "kernel %s: contraction %d, vector loops %d", k->name, k->contract, vec);
+    } else
+      cr_assert_eq(k->contract, 1, "kernel %s of the default schedule without FMAs", k->name);
+  }
+  cr_log_info("%d of %zu kernels searched winners", measured, comp.plan->nkernels);
+  lm_compiled_free(&comp);
+  lm_graph_free(g);
+  remove_dir(dir);
+  free(dir);
+}
+
 /* cache_only (rltrain's default): with no budget the cache's decisions apply and nothing is
  * searched; with an empty cache the plan is the default schedule's. */
 Test(search, cache_only_applies_the_cache_and_searches_nothing, .timeout = LM_TIMEOUT(280)) {

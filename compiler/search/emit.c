@@ -126,6 +126,7 @@ lm_status sk_kernel_copy(const lm_kernel *src, lm_kernel *dst) {
   }
   dst->group = src->group; /* a work-group schedule and its shared arrays */
   dst->fixed = src->fixed;
+  dst->measured = src->measured;
   dst->contract = src->contract;
   if (ok && src->nshared) {
     ok = (dst->shared = lm_malloc(src->nshared)) != NULL;

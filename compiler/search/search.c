@@ -390,11 +390,14 @@ static int default_rewrite(sctx *c, lm_kernel *k) {
 }
 
 /* The kernel as the backend runs it without a search, the baseline a candidate must beat: on the
- * cpu the unroll and jam follows the interchange. (A baseline without the jam, which makes the
+ * cpu the unroll and jam follows the interchange, and a graph that allows contraction gets FMAs
+ * (candidates run as timed: lm_compile_ex leaves their contraction). (A baseline without the jam, which makes the
  * default's matmuls 1.2-3.5x faster, let candidates win that ran slower than the kernel they
  * replaced: MinAtar Breakout's training with searched kernels 3x slower than without.) */
 static void as_run(sctx *c, lm_kernel *k) {
-  if (!c->dev) jam_one(c->plan, k);
+  if (c->dev) return;
+  jam_one(c->plan, k);
+  if (c->plan->g->contract) k->contract = 1; /* as lm_compile_ex gives the default's kernels */
 }
 
 /* ---------------------------------------------------------------- candidates of one kernel */
@@ -1138,7 +1141,8 @@ static void replace_kernel(sctx *c, uint32_t ki, lm_kernel *k) {
   lm_kernel *old = &c->plan->kernels[ki];
   memcpy(k->name, old->name, sizeof k->name);
   k->anchor = old->anchor;
-  k->fixed = 1; /* as measured: the backend's passes (the cpu's jam among them) leave it */
+  k->fixed = c->dev != NULL; /* as measured: a device backend's passes leave it */
+  k->measured = 1;           /* and the cpu's jam */
   lm_kernel_free(old);
   *old = *k;
   memset(k, 0, sizeof *k);
