@@ -289,12 +289,15 @@ static int resume_conflicts(const lm_ppo_config *want, const lm_ppo_config *save
   return bad;
 }
 
-static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget,
-                     int keep);
-static int tune_keep = 1; /* rltrain tune --no-keep: 0 */
+/* `rltrain tune`'s own options */
+typedef struct tune_opts {
+  const char *budget; /* seconds of search per program */
+  int keep;           /* 0: --no-keep */
+} tune_opts;
+static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const tune_opts *tune);
 
-/* tune: NULL to train, else `rltrain tune`'s budget (seconds of search per program) */
-static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d, const char *tune) {
+/* tune: NULL to train, else tune with those options instead */
+static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d, const tune_opts *tune) {
   int K = lm_dist_size(d), rank = lm_dist_rank(d), lead = rank == 0;
   /* the tuning cache's decisions apply unless the user says otherwise (--search-budget, the
    * variable itself): read when each program compiles (lumen/search.h, cache_only) */
@@ -431,7 +434,7 @@ static int train_main(const char *env_name, int argc, char **argv, lm_dist_t *d,
   if (tune) {
     if (resume || out) return bad("%s: 'rltrain tune' writes no run (it takes the training settings only)",
                                   resume ? "--resume" : "--out");
-    return tune_main(env, &cfg, device, tune, tune_keep);
+    return tune_main(env, &cfg, device, tune);
   }
   char dir[4096], path[4200];
   if (resume) {
@@ -881,8 +884,9 @@ static double time_iterations(lm_trainer *t, int reps) {
   return now() - t0;
 }
 
-static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const char *budget,
-                     int keep) {
+static int tune_main(const lm_env_spec *env, const lm_ppo_config *cfg, const char *device, const tune_opts *tune) {
+  const char *budget = tune->budget;
+  int keep = tune->keep;
   char why[1024];
   lm_backend_t *b = lm_backend_open(device, why, sizeof why);
   if (!b) {
@@ -970,7 +974,7 @@ int lm_cli_tune(int argc, char **argv) {
     fprintf(stderr, "rltrain: tune runs in one process (not under mpirun): the tuning cache is per machine\n");
     return LM_CLI_USAGE;
   }
-  const char *budget = "60";
+  tune_opts t = {"60", 1};
   char **rest = malloc((size_t)argc * sizeof *rest);
   if (!rest) return LM_CLI_FAILED;
   int n = 0;
@@ -985,11 +989,11 @@ int lm_cli_tune(int argc, char **argv) {
         free(rest);
         return LM_CLI_USAGE;
       }
-      budget = argv[++i];
-    } else if (!strcmp(argv[i], "--no-keep")) tune_keep = 0;
+      t.budget = argv[++i];
+    } else if (!strcmp(argv[i], "--no-keep")) t.keep = 0;
     else rest[n++] = argv[i];
   }
-  int rc = train_main(argv[0], n, rest, NULL, budget);
+  int rc = train_main(argv[0], n, rest, NULL, &t);
   free(rest);
   return rc;
 }

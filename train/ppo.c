@@ -287,21 +287,18 @@ static lm_tensor traj_input(lm_graph_t *g, const char *name, int width) {
   return lm_input(g, name, LM_ROLE_DATA, rank, shape);
 }
 
-/* The sizes the trainer will bind, as hints for a schedule search (lm_sym_hint): it times its
- * candidates at them. A search at its guess of 256 for every symbol picked the dense layer's
- * weight gradient of MinAtar Breakout's update at 256 rows; at the 1024 rows it ran, the winner
- * was 3x slower than the default schedule. */
 static int64_t gcd(int64_t a, int64_t b);
 
+/* The sizes the trainer will bind, as hints for a schedule search (lm_sym_hint): it times its
+ * candidates at them, where it would guess 256 for every symbol (MinAtar Breakout's update runs
+ * 1024 rows a minibatch). */
 static void hint_shape(lm_graph_t *g, const lm_ppo_config *c, int minibatch) {
   (void)lm_sym_hint(g, "T", c->horizon);
   (void)lm_sym_hint(g, "N", c->n_envs);
   if (!minibatch) return;
   /* and a shuffle like the ones lm_trainer_iterate draws: a multiplier coprime to the batch that
-   * scatters the minibatch's rows over it. The search's guess of 256 for every symbol made the
-   * minibatch 32 rows of 8192 read again and again (256 (256 + i) mod 8192), and candidates
-   * reading the observations that way timed 1.7x faster and ran 1.5x slower (MinAtar Breakout's
-   * convolution weight gradient). */
+   * scatters the minibatch's rows over it (guessed at 256, the minibatch read 32 rows of 8192
+   * again and again: 256 (256 + i) mod 8192) */
   int64_t B = c->horizon * c->n_envs, a = B * 618 / 1000 | 1;
   while (a > 1 && gcd(a, B) != 1) a -= 2;
   (void)lm_sym_hint(g, "M", B / c->minibatches);

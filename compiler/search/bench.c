@@ -43,7 +43,7 @@ static lm_status bind_syms(built *b, const char *const *names, const int64_t *va
   const lm_exprs *x = &b->comp.g->x;
   if (!(b->syms = lm_calloc(x->nsyms + 1, sizeof *b->syms))) return LM_ERR_NOMEM;
   for (size_t i = 0; i < x->nsyms; i++) {
-    b->syms[i] = x->syms[i].hint ? x->syms[i].hint : dflt > x->syms[i].least ? dflt : x->syms[i].least;
+    b->syms[i] = sk_sym_value(&x->syms[i], dflt);
     for (int j = 0; j < nsyms; j++)
       if (names && names[j] && !strcmp(names[j], x->syms[i].name)) b->syms[i] = values[j];
   }

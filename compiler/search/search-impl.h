@@ -176,6 +176,12 @@ void sk_trace_free(sk_trace *tr);
 /* register-tile seeds tried per kernel in generation 0 (each twice: greedy and random elsewhere) */
 #define SK_TILE_SEEDS 6
 
+/* The value a search times an unbound symbol at: its hint (lm_sym_hint), else dflt or its least
+ * value, whichever is larger. */
+static inline int64_t sk_sym_value(const lm_xsym *s, int64_t dflt) {
+  return s->hint ? s->hint : dflt > s->least ? dflt : s->least;
+}
+
 /* part of every cache key: bumped when the rules, extraction or variants change what a search would decide */
 #define LM_SEARCH_VERSION "lumen-search-6"
 

@@ -348,19 +348,23 @@ static void compile_jobs(sctx *c, job *jobs, size_t nj, int per_job) {
 /* ---------------------------------------------------------------- the default schedule */
 
 /* The default schedule's rewrite of a lowered kernel (compiler/schedule.c), in place. */
-static int interchange_one(lm_plan *plan, lm_kernel *k) {
-  if (getenv("LUMEN_NO_INTERCHANGE")) return 0;
+/* plan with kernel k alone, for a plan-wide pass to rewrite k in place */
+static lm_plan one_kernel(const lm_plan *plan, lm_kernel *k) {
   lm_plan tmp = *plan;
   tmp.kernels = k;
   tmp.nkernels = tmp.kernelcap = 1;
+  return tmp;
+}
+
+static int interchange_one(lm_plan *plan, lm_kernel *k) {
+  if (getenv("LUMEN_NO_INTERCHANGE")) return 0;
+  lm_plan tmp = one_kernel(plan, k);
   return lm_schedule_interchange(&tmp, 1); /* the cpu's default */
 }
 
 /* The GPU work-group schedules (compiler/gpu.c) of one kernel, in place; 1 when they apply. */
 static int gpu_one(const lm_plan *plan, lm_kernel *k, const lm_gpu_options *go) {
-  lm_plan tmp = *plan;
-  tmp.kernels = k;
-  tmp.nkernels = tmp.kernelcap = 1;
+  lm_plan tmp = one_kernel(plan, k);
   tmp.copies = NULL, tmp.ncopies = 0; /* liveness over this kernel alone must not touch the plan */
   lm_pbuf *bufs = lm_malloc((plan->nbufs + 1) * sizeof *bufs);
   if (!bufs) return 0;
@@ -375,9 +379,7 @@ static int gpu_one(const lm_plan *plan, lm_kernel *k, const lm_gpu_options *go) 
  * kernel after the interchange; 1 when it applies. */
 static int jam_one(lm_plan *plan, lm_kernel *k) {
   if (getenv("LUMEN_NO_JAM")) return 0;
-  lm_plan tmp = *plan;
-  tmp.kernels = k;
-  tmp.nkernels = tmp.kernelcap = 1;
+  lm_plan tmp = one_kernel(plan, k);
   return lm_schedule_jam(&tmp, 0) > 0;
 }
 
@@ -391,9 +393,9 @@ static int default_rewrite(sctx *c, lm_kernel *k) {
 
 /* The kernel as the backend runs it without a search, the baseline a candidate must beat: on the
  * cpu the unroll and jam follows the interchange, and a graph that allows contraction gets FMAs
- * (candidates run as timed: lm_compile_ex leaves their contraction). (A baseline without the jam, which makes the
- * default's matmuls 1.2-3.5x faster, let candidates win that ran slower than the kernel they
- * replaced: MinAtar Breakout's training with searched kernels 3x slower than without.) */
+ * (candidates run as timed: lm_compile_ex leaves their contraction). A baseline without the jam
+ * (1.2-3.5x on the default's matmuls) and the FMAs let candidates win that ran slower than the
+ * kernels they replaced: MinAtar Breakout's training with searched kernels 3x slower. */
 static void as_run(sctx *c, lm_kernel *k) {
   if (c->dev) return;
   jam_one(c->plan, k);
@@ -1892,10 +1894,8 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
     st = LM_ERR_NOMEM;
     goto done;
   }
-  for (size_t i = 0; i < x->nsyms; i++) {
-    int64_t d = opts->sym_default > 0 ? opts->sym_default : 256;
-    c.syms[i] = syms ? syms[i] : x->syms[i].hint ? x->syms[i].hint : (d > x->syms[i].least ? d : x->syms[i].least);
-  }
+  for (size_t i = 0; i < x->nsyms; i++)
+    c.syms[i] = syms ? syms[i] : sk_sym_value(&x->syms[i], opts->sym_default > 0 ? opts->sym_default : 256);
   lm_sk probe = {.rounding = opts->allow_rounding, .stage = SK_STAGE_KERNEL, .gpu = c.dialect != LM_DIALECT_C};
   for (int r = 0; r < nr; r++) c.enabled_k[r] = (uint8_t)sk_rule_stage_ok(&probe, r);
   probe.stage = SK_STAGE_PLAN;
