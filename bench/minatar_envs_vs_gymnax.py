@@ -4,9 +4,11 @@
 Each round runs ../shared/peers/gymnax_minatar_envbench.py (jax.vmap + jit + lax.scan, random
 actions, 4096 envs x 256 steps, gymnax's minimal action sets, no sticky actions) and then
 `rlbench --only envs --env-list minatar-breakout,minatar-space-invaders` at the same envs and
-steps (lumen's defaults: MinAtar's full action set and sticky actions 0.1, one more random draw
-per env step than gymnax makes). Rounds alternate so both see the same load; the table gives the
-medians over rounds of each run's median, and the ratio lumen / gymnax (issue 23 asks for 20x).
+steps and at gymnax's settings (`--env-params sticky=0,actions=minimal,time_limit=1000`: its
+minimal action sets, no sticky actions, max_steps_in_episode 1000); `--lumen-defaults` runs lumen
+with MinAtar's own instead (all 6 actions, sticky actions 0.1: one more random draw per env step,
+no time limit). Rounds alternate so both see the same load; the table gives the medians over
+rounds of each run's median, and the ratio lumen / gymnax (issue 23 asks for 20x).
 
   .venv-peers/bin/python bench/minatar_envs_vs_gymnax.py [--rounds 3] [--rlbench build/rlbench]
 
@@ -41,11 +43,15 @@ def run_gymnax(script, envs, steps):
     return res
 
 
-def run_lumen(rlbench, envs, steps):
+GYMNAX_SETTINGS = "sticky=0,actions=minimal,time_limit=1000"
+
+
+def run_lumen(rlbench, envs, steps, params):
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "envs.json")
         subprocess.run([rlbench, "--only", "envs", "--env-list", ",".join(l for l, _ in PAIRS), "--envs", str(envs),
-                        "--env-steps", str(steps), "--json", js], capture_output=True, text=True, check=True)
+                        "--env-steps", str(steps), "--json", js] + (["--env-params", params] if params else []),
+                       capture_output=True, text=True, check=True)
         with open(js) as f:
             doc = json.load(f)
     res = {}
@@ -64,7 +70,10 @@ def main():
     ap.add_argument("--rlbench", default=os.path.join(here, "..", "build", "rlbench"))
     ap.add_argument("--gymnax-script", default=os.path.join(here, "..", "..", "shared", "peers",
                                                             "gymnax_minatar_envbench.py"))
+    ap.add_argument("--lumen-defaults", action="store_true",
+                    help="run lumen with MinAtar's own settings, not gymnax's")
     a = ap.parse_args()
+    params = None if a.lumen_defaults else GYMNAX_SETTINGS
     if a.rounds < 1:
         sys.exit("minatar_envs_vs_gymnax: --rounds must be at least 1")
     for path, what in ((a.rlbench, "rlbench"), (a.gymnax_script, "the gymnax peer")):
@@ -74,13 +83,14 @@ def main():
     for k in range(a.rounds):
         for env, sps in run_gymnax(a.gymnax_script, a.envs, a.steps).items():
             gym.setdefault(env, []).append(sps)
-        for key, sps in run_lumen(a.rlbench, a.envs, a.steps).items():
+        for key, sps in run_lumen(a.rlbench, a.envs, a.steps, params).items():
             lum.setdefault(key, []).append(sps)
         loads.append(loadavg())
         print(f"round {k + 1}/{a.rounds} done, 1-min load {loads[-1]:.2f}", file=sys.stderr)
     med = statistics.median
     print(f"MinAtar env-only steps/s, {a.envs} envs x {a.steps} steps, medians of {a.rounds} rounds "
-          f"(1-min load {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} CPUs)")
+          f"(1-min load {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} CPUs); lumen's env parameters: "
+          f"{params or 'MinAtar defaults'}")
     print(f"  {'env':24s} {'gymnax':>10s} {'lumen thr':>10s} {'lumen':>10s} {'x gymnax':>9s}")
     for lname, gname in PAIRS:
         g = med(gym[gname]) if gname in gym else float("nan")

@@ -46,6 +46,7 @@ typedef struct opts {
   int64_t horizon;          /* T of the rollout benchmark */
   const char *rollout_envs; /* envs of the rollout benchmark */
   const char *env_list;     /* envs of the envs benchmark (NULL: every env) */
+  const char *env_params;   /* parameters of each of them (lm_env_configure; NULL: the envs' own) */
   int64_t solve_budget;     /* env steps of time-to-solve (0: lm_ppo_defaults' total_steps) */
   int seeds;                /* time-to-solve runs per stepper */
   const char *search_device; /* where the search benchmark runs and times (NULL: the cpu) */
@@ -1387,10 +1388,11 @@ static void env_row(const char *env, const char *variant, int thr, int kernels, 
       steps / t->med, steps / t->min, 1e3 * t->med, 100.0 * t->cpu_med / t->med, r1, r2, len_s, t->reps, t->iters);
 }
 
-static record *env_record(const char *env, const char *variant, int thr, int kernels, const timing *t, int64_t n,
+static record *env_record(const lm_env_spec *e, const char *variant, int thr, int kernels, const timing *t, int64_t n,
                           int64_t T, const env_counts *c) {
   record *r = rec_new("envs", variant);
-  rec_str(r, "env", "%s", env);
+  rec_str(r, "env", "%s", e->name);
+  rec_str(r, "env_params", "%s", e->params ? e->params : "");
   rec_num(r, "threads", thr > 0 ? thr : NAN);
   rec_num(r, "n_envs", (double)n);
   rec_num(r, "steps_per_call", (double)T);
@@ -1468,6 +1470,14 @@ static int bench_envs(const opts *o) {
   if (o->env_list) env_list(o->env_list, chosen, 64, &nchosen); /* checked when parsed */
   else
     for (int ei = 0; ei < lm_env_count() && nchosen < 64; ei++) chosen[nchosen++] = lm_env_at(ei);
+  if (o->env_params) {
+    say("  env parameters (--env-params): %s\n", o->env_params);
+    for (int ei = 0; ei < nchosen; ei++)
+      if (lm_env_configure(chosen[ei], o->env_params, &chosen[ei]) != LM_OK) { /* checked when parsed */
+        fprintf(stderr, "rlbench: envs: --env-params %s: %s\n", o->env_params, lm_last_error());
+        return 1;
+      }
+  }
   for (int ei = 0; ei < nchosen; ei++) {
     const lm_env_spec *e = chosen[ei];
     int is_cp = !strcmp(e->name, "cartpole");
@@ -1491,7 +1501,7 @@ static int bench_envs(const opts *o) {
     free(ref_counts);
     double ref_sps = steps / tref.med;
     env_row(e->name, "reference stepper", 1, -1, &tref, steps, -1, -1, &want);
-    env_record(e->name, "reference", 1, -1, &tref, n, T, &want);
+    env_record(e, "reference", 1, -1, &tref, n, T, &want);
 
     /* the hand-written loops (CartPole) */
     double hand_sps[3][MAX_THREAD_SETTINGS] = {{0}};
@@ -1513,7 +1523,7 @@ static int bench_envs(const opts *o) {
           }
           hand_sps[which][k] = steps / th.med;
           env_row(e->name, hand_names[which], thr, -1, &th, steps, -1, -1, &hc);
-          record *r = env_record(e->name, hand_keys[which], thr, -1, &th, n, T, &hc);
+          record *r = env_record(e, hand_keys[which], thr, -1, &th, n, T, &hc);
           rec_str(r, "compiler", "%s", which ? cc_desc : self_compiler());
           if (!which) rec_str(r, "flags", "%s; %s", self_opt(), self_isa());
         }
@@ -1543,7 +1553,7 @@ static int bench_envs(const opts *o) {
       double hand = !is_cp ? 0 : hand_sps[2][k] > 0 ? hand_sps[2][k] : hand_sps[1][k] > 0 ? hand_sps[1][k] : hand_sps[0][k];
       env_row(e->name, "compiled (cpu)", thr, kernels, &tc, steps, sps / ref_sps, hand > 0 ? sps / hand : -1,
               &cc_counts);
-      record *r = env_record(e->name, "compiled_cpu", thr, kernels, &tc, n, T, &cc_counts);
+      record *r = env_record(e, "compiled_cpu", thr, kernels, &tc, n, T, &cc_counts);
       rec_num(r, "ratio_vs_reference", sps / ref_sps);
       if (is_cp && hand_sps[0][k] > 0) rec_num(r, "ratio_vs_hand_rlbench_flags", sps / hand_sps[0][k]);
       if (is_cp && hand_sps[1][k] > 0) rec_num(r, "ratio_vs_hand_runtime_cc", sps / hand_sps[1][k]);
@@ -2479,6 +2489,8 @@ static void usage(FILE *f) {
         "  --env-steps T        steps per call of the envs benchmark (default 256; --quick 64)\n"
         "  --horizon T          steps per rollout of the rollout benchmark (default 128; --quick 32)\n"
         "  --env-list LIST      envs of the envs benchmark (default: every env)\n"
+        "  --env-params P       parameters of every env in --env-list, as rltrain's --env takes them\n"
+        "                       (key=value,...: e.g. sticky=0,actions=minimal,time_limit=1000)\n"
         "  --rollout-envs LIST  envs of the rollout benchmark (default cartpole,acrobot,pendulum;\n"
         "                       --quick cartpole)\n"
         "  --solve-budget S     env-step budget of time-to-solve (default: lm_ppo_defaults' total_steps)\n"
@@ -2636,7 +2648,7 @@ int main(int argc, char **argv) {
     int takes_value = !strcmp(name, "--only") || !strcmp(name, "--reps") || !strcmp(name, "--n") ||
                       !strcmp(name, "--ref-n") || !strcmp(name, "--threads") || !strcmp(name, "--json") ||
                       !strcmp(name, "--envs") || !strcmp(name, "--env-steps") || !strcmp(name, "--horizon") ||
-                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--env-list") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds") ||
+                      !strcmp(name, "--rollout-envs") || !strcmp(name, "--env-list") || !strcmp(name, "--env-params") || !strcmp(name, "--solve-budget") || !strcmp(name, "--seeds") ||
                       !strcmp(name, "--search-budget") || !strcmp(name, "--search-device");
     const char *val = NULL;
     if (takes_value) {
@@ -2702,6 +2714,9 @@ int main(int argc, char **argv) {
         return usage_error("--env-list wants a comma-separated list of env names (known: %s), got '%s'", known, val);
       }
       o.env_list = val;
+    } else if (!strcmp(name, "--env-params")) {
+      if (!*val) return usage_error("--env-params needs key=value pairs");
+      o.env_params = val;
     } else if (!strcmp(name, "--solve-budget")) {
       if (parse_int(name, val, 1, (int64_t)1 << 40, &v)) return EXIT_USAGE;
       o.solve_budget = v;
@@ -2726,6 +2741,17 @@ int main(int argc, char **argv) {
   if (list) {
     for (size_t i = 0; i < NBENCHES; i++) say("%-10s %s\n", benches[i].name, benches[i].what);
     return 0;
+  }
+  if (o.env_params) { /* every listed env must take them: nothing is skipped silently */
+    if (!o.env_list) return usage_error("--env-params sets the parameters of the envs in --env-list: give --env-list");
+    const lm_env_spec *specs[64];
+    int ne;
+    env_list(o.env_list, specs, 64, &ne); /* checked when parsed */
+    for (int j = 0; j < ne; j++) {
+      const lm_env_spec *c;
+      if (lm_env_configure(specs[j], o.env_params, &c) != LM_OK)
+        return usage_error("--env-params %s: %s: %s", o.env_params, specs[j]->name, lm_last_error());
+    }
   }
   o.env_steps = env_steps ? env_steps : o.quick ? 64 : 256;
   o.horizon = horizon ? horizon : o.quick ? 32 : 128;
