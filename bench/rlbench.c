@@ -1618,9 +1618,35 @@ typedef struct rollout_result {
 /* Builds a rollout (CleanRL's default 64-64 tanh actor-critic, orthogonal init, seed 1), times
  * lm_rollout_run, then reads the statistics of the episodes every run so far finished (they are
  * compared between the steppers). */
+static lm_policy_config rollout_policy(void) {
+  lm_policy_config cfg = lm_policy_default();
+  cfg.contract = 1; /* as PPO runs it unless --exact (train/ppo.c) */
+  return cfg;
+}
+
+/* FLOPs of the policy's forward pass for one observation, actor and critic: each weight's
+ * product, 2 rows x cols, a convolution's at every pixel of the image (its SAME padding's zeros
+ * counted). 0 when the policy cannot be built. */
+static double policy_forward_flops(const lm_env_spec *env, const lm_policy_config *cfg) {
+  lm_graph_t *g = lm_graph_new();
+  lm_policy pol;
+  double flops = 0;
+  if (g && lm_policy_build(g, cfg, env, &pol) == LM_OK)
+    for (int i = 0; i < pol.nparams; i++)
+      if (pol.cols[i]) {
+        const size_t len = strlen(pol.name[i]);
+        const int conv = len > 7 && !strcmp(pol.name[i] + len - 7, ".conv.w");
+        flops += 2.0 * pol.rows[i] * pol.cols[i] * (conv ? (double)pol.image[0] * pol.image[1] : 1.0);
+      }
+  lm_graph_free(g);
+  return flops;
+}
+
+static int fma_peak(int threads, double *one, double *all);
+
 static int rollout_measure(lm_backend_t *b, const lm_env_spec *e, lm_stepper st, int64_t n, int64_t T, int reps,
                            rollout_result *out) {
-  lm_policy_config cfg = lm_policy_default();
+  lm_policy_config cfg = rollout_policy();
   lm_rollout *r = lm_rollout_new(b, e, &cfg, n, T, st);
   if (!r) return fail_lm("lm_rollout_new");
   int rc = 1;
@@ -1654,7 +1680,8 @@ static int bench_rollout(const opts *o) {
   int64_t n = o->envs, T = o->horizon;
   say("\n== rollout: env + policy steps/s (rollout only), %lld envs x %lld steps per lm_rollout_run ==\n"
       "  policy: obs -> 64 -> 64 -> actions/value, tanh, separate actor and critic trunks (lm_policy_default),\n"
-      "  orthogonal init; sampling from RAND, same-step auto-reset, the whole trajectory written (obs, action,\n"
+      "  orthogonal init, contraction allowed as PPO runs it (lm_policy_config.contract; rltrain --exact: not);\n"
+      "  sampling from RAND, same-step auto-reset, the whole trajectory written (obs, action,\n"
       "  logp, value, reward, terminated, truncated, final obs) and episode statistics kept.\n"
       "  device = one scan program (the whole rollout; kern = kernels per rollout); host = the policy program\n"
       "  run once per step (kern = its kernels x T) with the env stepped by the scalar reference on the host\n"
@@ -1662,7 +1689,9 @@ static int bench_rollout(const opts *o) {
       "  episodes finished during the timed calls (-: none; the steppers must agree on the length to 25%%,\n"
       "  compared when both finished some). cpu = process CPU time / wall time. A call is long (N*T steps: seconds\n"
       "  here), so at most 2 calls are timed (med = their mean), with no warm-up call (the kernels are\n"
-      "  compiled in lm_rollout_new; first-touch costs are a few ms).\n",
+      "  compiled in lm_rollout_new; first-touch costs are a few ms). Below each env: the policy's forward\n"
+      "  FLOPs per env step (2 x rows x cols of each weight; a convolution's at every pixel) at the device's\n"
+      "  steps/s, against the FMA peak on as many threads (ten chains of 8-lane FMAs, as the search reads it).\n",
       (long long)n, (long long)T);
   say("  %-22s %3s %-7s %5s %9s %9s %9s %5s %8s %8s %9s %s\n", "env", "thr", "stepper", "kern", "steps/s", "best/s",
       "ms/call", "cpu", "x host", "ep len", "ep ret", "reps x iters");
@@ -1672,8 +1701,16 @@ static int bench_rollout(const opts *o) {
   for (int k = 0; k < o->nthreads; k++)
     if (!(backends[k] = open_cpu(o->threads[k]))) rc = 1;
   double steps = (double)n * (double)T;
+  double peak[MAX_THREAD_SETTINGS];
+  for (int k = 0; k < o->nthreads; k++) {
+    double one, all;
+    int thr = thread_label(o->threads[k]);
+    peak[k] = fma_peak(thr, &one, &all) ? NAN : thr == 1 ? one : all;
+  }
+  const lm_policy_config pcfg = rollout_policy();
   for (int ei = 0; ei < ne; ei++) {
     const lm_env_spec *e = envs[ei];
+    const double flops = policy_forward_flops(e, &pcfg);
     for (int k = 0; k < o->nthreads; k++) {
       if (!backends[k]) continue;
       int thr = thread_label(o->threads[k]);
@@ -1723,6 +1760,14 @@ static int bench_rollout(const opts *o) {
         rec_num(r, "check_mean_length", q->mean_length);
         rec_num(r, "check_mean_return", q->mean_return);
         if (!si && ok[1]) rec_num(r, "ratio_device_over_host", sps / (steps / res[1].t.med));
+        if (!si && flops > 0) {
+          const double gf = flops * sps * 1e-9;
+          say("  %-22s %3d policy  forward %.1f kFLOP/step: %.1f GFLOP/s, %.0f%% of the FMA peak (%.0f GFLOP/s)\n", "",
+              thr, flops * 1e-3, gf, 100 * gf / peak[k], peak[k]);
+          rec_num(r, "policy_flops_per_step", flops);
+          rec_num(r, "policy_gflops", gf);
+          rec_num(r, "fma_peak_gflops", peak[k]);
+        }
       }
     }
   }

@@ -115,6 +115,9 @@ typedef struct lm_kernel {
                      * the tolerance of rules that change rounding */
   uint8_t finite;   /* its graph promises finite values (lm_graph_promise_finite): arithmetic
                      * selects print as selects (render.c) */
+  uint8_t fast_exp; /* C dialect: exp2 as lm_exp2_c's inline polynomial, not libmvec's expf
+                     * (a fused scan of a graph that allows contraction: its kernel keeps its
+                     * own separate roundings, compile.c) */
 } lm_kernel;
 
 typedef enum lm_bufkind {

@@ -81,7 +81,8 @@ static const char c_prelude[] =
     "#endif\n"
     "/* exp2 as lm_exp2_v8 below computes it, one value at a time (plain C, which the C compiler\n"
     " * vectorises inline): in kernels that allow contraction, which have given up the reference's\n"
-    " * bits, in place of lm_exp2's libmvec call (PPO's tanh: 15% of a CartPole training profile) */\n"
+    " * bits, and in a fused scan of such a graph, in place of lm_exp2's libmvec call (PPO's tanh:\n"
+    " * 15% of a CartPole training profile) */\n"
     "LM_HELPER float lm_exp2_c(float x) {\n"
     "  LM_CONTRACT\n"
     "  union { float f; int32_t i; } t, s1, s2;\n"
@@ -1061,7 +1062,7 @@ static void print_expr(rk *r, lm_sb *sb, uint32_t id, int need) {
   case LM_S_SIN:
   case LM_S_SQRT:
     lm_sb_printf(sb, "%s(", s->op == LM_S_EXP2 && r->vary[id]                                        ? "lm_exp2_v8"
-                            : s->op == LM_S_EXP2 && r->k->contract && r->dia == LM_DIALECT_C ? "lm_exp2_c"
+                            : s->op == LM_S_EXP2 && (r->k->contract || r->k->fast_exp) && r->dia == LM_DIALECT_C ? "lm_exp2_c"
                                                                                              : d->math[LM_MATH_LOG2 + (s->op - LM_S_LOG2)]);
     print_value(r, sb, s->a, 0);
     lm_sb_puts(sb, ")");

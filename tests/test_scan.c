@@ -327,8 +327,10 @@ static lm_graph_t *tanh_graph(void) {
   return g;
 }
 
-static void tanh_on(const char *backend) {
+/* contract: the graph allows contraction (lm_graph_set_contraction) */
+static void tanh_run(const char *backend, int contract) {
   lm_graph_t *g = tanh_graph();
+  lm_graph_set_contraction(g, contract);
   lm_backend_t *b = open_backend(backend);
   lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
   cr_assert(p, "%s: %s", backend, lm_last_error());
@@ -372,8 +374,31 @@ static void tanh_on(const char *backend) {
   lm_graph_free(g);
 }
 
+static void tanh_on(const char *backend) { tanh_run(backend, 0); }
+
 Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_ref) { tanh_on("ref"); }
 Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_cpu) { tanh_on("cpu"); }
+
+/* Calls of the inline polynomial exp2 in the cpu kernels of the tanh scan (lm_exp2_c's own
+ * definition, "lm_exp2_c(float x)", not counted), the step matching the C loop either way. */
+static int polynomial_exp2_calls(int contract) {
+  char dir[] = "/tmp/lumen-fastexp-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  setenv("LUMEN_DUMP", dir, 1);
+  tanh_run("cpu", contract);
+  unsetenv("LUMEN_DUMP");
+  return check_dump_lines(dir, "lm_exp2_c([^f]");
+}
+
+/* A graph that allows contraction has given up exp2's reference bits: its fused scan's kernel
+ * (which keeps separate roundings, an env's arithmetic inside it) takes exp2 from the update's
+ * inline polynomial rather than two calls of libmvec's 8-wide expf per 16 lanes (compile.c);
+ * without contraction it keeps lm_exp2. */
+Test(scan, a_contracting_graphs_scan_kernel_takes_exp2_from_the_inline_polynomial) {
+  int on = polynomial_exp2_calls(1), off = polynomial_exp2_calls(0);
+  cr_assert(on > 0, "no lm_exp2_c call in the scan kernel of a graph that allows contraction");
+  cr_assert_eq(off, 0, "%d lm_exp2_c calls in the scan kernel of a graph that keeps the reference's rounding", off);
+}
 
 /* ================================================================ a step that is not env-local */
 
