@@ -39,6 +39,8 @@ typedef struct jam {
   uint8_t *point;   /* old loop: a point loop run in tiles (tile_ep != 0) */
   int64_t regs, tw; /* accumulator floats that fit in registers; a tile's width (register_file) */
   int64_t tile_ep;  /* the point loops' extent when they run in tiles of tw, else 0 */
+  int smooth;       /* the graph allows contraction: exp2, 1/x and sqrt print the same per
+                     * element jammed or not (lm_exp2_c, division, sqrtf), so they may be inside */
   int32_t tile;     /* the new loop over the tiles */
   int ok;
 } jam;
@@ -135,7 +137,10 @@ static void copy_block(jam *j, const lm_block *b) {
  * rows of 128 accumulators ran 0.76x (forward) and 0.57x (weight gradient) jammed, while
  * 16-wide convolutions ran 1.5-2.3x and a 1600-wide input gradient 1.28x. No transcendental
  * or RAND inside: clang vectorises four copies of an exp with libmvec's few-ulp exp where the
- * unjammed kernel called the scalar one, and the results would no longer be the same bits. */
+ * unjammed kernel called the scalar one, and the results would no longer be the same bits.
+ * Where the graph allows contraction exp2 is the inline polynomial lm_exp2_c, 1/x a division
+ * and sqrt sqrtf, each the same bits per element in any vector form: those may be inside (a
+ * dense layer's tanh epilogue; log2 and sin still go to libmvec when vectorised). */
 enum { MEM_FLOATS = 512 };
 
 /* The floats of accumulators a kernel keeps in registers (regs) and a tile's width (tw), from
@@ -228,7 +233,9 @@ static int eligible(const jam *j, int f) {
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
     if (!stmt_inside(j, s)) continue;
-    if ((s->op >= LM_S_LOG2 && s->op <= LM_S_RECIP) || s->op == LM_S_RAND) return 0;
+    if ((s->op >= LM_S_LOG2 && s->op <= LM_S_RECIP && !(j->smooth && s->op != LM_S_LOG2 && s->op != LM_S_SIN)) ||
+        s->op == LM_S_RAND)
+      return 0;
     if (fp[s->loop] < 0) continue;
     const lm_xnode *ext = lm_x_node(j->x, k->loops[s->loop].extent);
     if (s->op == LM_S_STORE && s->local && j->own[s->buf]) {
@@ -246,9 +253,9 @@ static int eligible(const jam *j, int f) {
   return any;
 }
 
-static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f) {
+static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f, int smooth) {
   memset(n, 0, sizeof *n);
-  jam j = {.k = k, .n = n, .x = x, .f = f, .ok = 1};
+  jam j = {.k = k, .n = n, .x = x, .f = f, .ok = 1, .smooth = smooth};
   register_file(&j.regs, &j.tw);
   j.inside = lm_calloc(k->nloops + 1, 1);
   j.dep = lm_calloc(k->nstmts + 1, 1);
@@ -358,7 +365,7 @@ static double divs_per_access(const lm_exprs *x, const lm_kernel *k) {
  * often per access than LM_JAM's: by 6 the same kernel's taps became (6 i + c) / 4 % 3 in every
  * load and ran 2.7x slower than by 4, where by 12 they simplify to i and c / 4. */
 enum { MAX_POINTS = 16 };
-static int jam_wider(lm_exprs *x, const lm_kernel *k, const lm_kernel *dflt, lm_kernel *out) {
+static int jam_wider(lm_exprs *x, const lm_kernel *k, const lm_kernel *dflt, lm_kernel *out, int smooth) {
   const lm_xnode *e = k->nloops ? lm_x_node(x, k->loops[0].extent) : NULL;
   if (!e || e->op != LM_X_CONST) return 0;
   int64_t E = e->v;
@@ -366,7 +373,7 @@ static int jam_wider(lm_exprs *x, const lm_kernel *k, const lm_kernel *dflt, lm_
   for (int g = MAX_POINTS; g > LM_JAM; g--) {
     if (E % g || E / g < 2) continue;
     lm_kernel n;
-    int ok = jam_kernel(x, k, &n, g) && divs_per_access(x, &n) <= limit;
+    int ok = jam_kernel(x, k, &n, g, smooth) && divs_per_access(x, &n) <= limit;
     if (ok) {
       *out = n;
       return 1;
@@ -378,17 +385,17 @@ static int jam_wider(lm_exprs *x, const lm_kernel *k, const lm_kernel *dflt, lm_
 }
 
 int lm_schedule_jam(lm_plan *plan, int f) {
-  int changed = 0, automatic = f == 0;
+  int changed = 0, automatic = f == 0, smooth = plan->g->contract;
   if (automatic) f = LM_JAM;
   if (f < 2) return 0;
   for (size_t i = 0; i < plan->nkernels; i++) {
     lm_kernel n, w;
-    if (!jam_kernel(&plan->g->x, &plan->kernels[i], &n, points_of(&plan->g->x, &plan->kernels[i], f))) {
+    if (!jam_kernel(&plan->g->x, &plan->kernels[i], &n, points_of(&plan->g->x, &plan->kernels[i], f), smooth)) {
       lm_kernel_free(&n);
       if (plan->g->x.failed) return -1;
       continue;
     }
-    int wide = automatic ? jam_wider(&plan->g->x, &plan->kernels[i], &n, &w) : 0;
+    int wide = automatic ? jam_wider(&plan->g->x, &plan->kernels[i], &n, &w, smooth) : 0;
     if (wide < 0) {
       lm_kernel_free(&n);
       return -1;

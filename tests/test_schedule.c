@@ -909,3 +909,56 @@ Test(schedule, a_graph_that_allows_contraction_renders_fmas_and_agrees_with_the_
     lm_graph_free(g);
   }
 }
+
+/* A dense tanh layer's kernel (its tanh an exp2 and a 1/x) is jammed, rows four or more at a
+ * time, only where the graph allows contraction: there exp2 is the inline polynomial and 1/x a
+ * division, the same bits per element in any vector form (compiler/jam.c); elsewhere clang
+ * would vectorise the copies' exp2 through libmvec. The cpu's result agrees with the
+ * reference either way (within the polynomial's error where it is jammed). */
+Test(schedule, a_tanh_layer_is_jammed_only_where_the_graph_allows_contraction) {
+  for (int on = 0; on < 2; on++) {
+    lm_graph_t *g = lm_graph_new();
+    lm_dim N = lm_sym(g, "N");
+    lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 64});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_PARAM, 2, (lm_dim[]){64, 64});
+    OK(lm_output(lm_tanh(lm_matmul(x, w)), "y"));
+    lm_graph_set_contraction(g, on);
+    lm_compiled comp;
+    lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+    OK(lm_compile_ex(g, NULL, &co, &comp));
+    int exps = 0;
+    for (size_t k = 0; k < comp.plan->nkernels; k++)
+      for (size_t i = 0; i < comp.plan->kernels[k].nstmts; i++) exps += comp.plan->kernels[k].stmts[i].op == LM_S_EXP2;
+    if (on) cr_assert_geq(exps, 4, "contracting: %d exp2 statements, not a copy per jammed row", exps);
+    else cr_assert_eq(exps, 1, "plain: %d exp2 statements, the layer jammed", exps);
+    lm_compiled_free(&comp);
+
+    lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
+    cr_assert(bc && br, "%s", lm_last_error());
+    lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
+    cr_assert(pc && pr, "%s", lm_last_error());
+    enum { ROWS = 37 }; /* not a multiple of the jam: the guarded rows too */
+    OK(lm_program_bind(pc, "N", ROWS));
+    OK(lm_program_bind(pr, "N", ROWS));
+    check_rng r = check_rng_new(11);
+    float xv[ROWS * 64], wv[64 * 64], got[ROWS * 64], want[ROWS * 64];
+    double wd[ROWS * 64];
+    check_fill(&r, xv, ROWS * 64, -1, 1, 0.01);
+    check_fill(&r, wv, 64 * 64, -0.2, 0.2, 0.01);
+    OK(lm_program_write(pc, "x", xv, ROWS * 64));
+    OK(lm_program_write(pr, "x", xv, ROWS * 64));
+    OK(lm_program_write(pc, "w", wv, 64 * 64));
+    OK(lm_program_write(pr, "w", wv, 64 * 64));
+    OK(lm_program_run(pc));
+    OK(lm_program_run(pr));
+    OK(lm_program_read(pc, "y", got, ROWS * 64));
+    OK(lm_program_read(pr, "y", want, ROWS * 64));
+    for (int i = 0; i < ROWS * 64; i++) wd[i] = want[i];
+    check_close(on ? "jammed, contracted" : "plain", got, wd, ROWS * 64, 1e-5, 1e-5);
+    lm_program_free(pc);
+    lm_program_free(pr);
+    lm_backend_free(bc);
+    lm_backend_free(br);
+    lm_graph_free(g);
+  }
+}
