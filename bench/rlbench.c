@@ -1615,12 +1615,15 @@ typedef struct rollout_result {
   double episodes, mean_return, mean_length;
 } rollout_result;
 
-/* Builds a rollout (CleanRL's default 64-64 tanh actor-critic, orthogonal init, seed 1), times
+/* Builds a rollout (rltrain's policy for the env, rollout_policy; orthogonal init, seed 1), times
  * lm_rollout_run, then reads the statistics of the episodes every run so far finished (they are
  * compared between the steppers). */
-static lm_policy_config rollout_policy(void) {
-  lm_policy_config cfg = lm_policy_default();
-  cfg.contract = 1; /* as PPO runs it unless --exact (train/ppo.c) */
+/* The policy rltrain trains for env (lm_ppo_defaults: CleanRL's 64-64 tanh actor-critic,
+ * MinAtar's convolutional network for image observations), contraction allowed as PPO runs it
+ * unless --exact (train/ppo.c). */
+static lm_policy_config rollout_policy(const lm_env_spec *e) {
+  lm_policy_config cfg = lm_ppo_defaults(e).policy;
+  cfg.contract = 1;
   return cfg;
 }
 
@@ -1646,7 +1649,7 @@ static int fma_peak(int threads, double *one, double *all);
 
 static int rollout_measure(lm_backend_t *b, const lm_env_spec *e, lm_stepper st, int64_t n, int64_t T, int reps,
                            rollout_result *out) {
-  lm_policy_config cfg = rollout_policy();
+  lm_policy_config cfg = rollout_policy(e);
   lm_rollout *r = lm_rollout_new(b, e, &cfg, n, T, st);
   if (!r) return fail_lm("lm_rollout_new");
   int rc = 1;
@@ -1679,8 +1682,9 @@ static int bench_rollout(const opts *o) {
   }
   int64_t n = o->envs, T = o->horizon;
   say("\n== rollout: env + policy steps/s (rollout only), %lld envs x %lld steps per lm_rollout_run ==\n"
-      "  policy: obs -> 64 -> 64 -> actions/value, tanh, separate actor and critic trunks (lm_policy_default),\n"
-      "  orthogonal init, contraction allowed as PPO runs it (lm_policy_config.contract; rltrain --exact: not);\n"
+      "  policy: the one rltrain trains for the env (lm_ppo_defaults: obs -> 64 -> 64 -> actions/value, tanh,\n"
+      "  separate actor and critic trunks; for image observations MinAtar's conv 3x3 x 16 -> dense 128, relu,\n"
+      "  one trunk), orthogonal init, contraction allowed as PPO runs it (lm_policy_config.contract);\n"
       "  sampling from RAND, same-step auto-reset, the whole trajectory written (obs, action,\n"
       "  logp, value, reward, terminated, truncated, final obs) and episode statistics kept.\n"
       "  device = one scan program (the whole rollout; kern = kernels per rollout); host = the policy program\n"
@@ -1707,9 +1711,9 @@ static int bench_rollout(const opts *o) {
     int thr = thread_label(o->threads[k]);
     peak[k] = fma_peak(thr, &one, &all) ? NAN : thr == 1 ? one : all;
   }
-  const lm_policy_config pcfg = rollout_policy();
   for (int ei = 0; ei < ne; ei++) {
     const lm_env_spec *e = envs[ei];
+    const lm_policy_config pcfg = rollout_policy(e);
     const double flops = policy_forward_flops(e, &pcfg);
     for (int k = 0; k < o->nthreads; k++) {
       if (!backends[k]) continue;
