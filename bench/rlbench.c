@@ -1615,9 +1615,6 @@ typedef struct rollout_result {
   double episodes, mean_return, mean_length;
 } rollout_result;
 
-/* Builds a rollout (rltrain's policy for the env, rollout_policy; orthogonal init, seed 1), times
- * lm_rollout_run, then reads the statistics of the episodes every run so far finished (they are
- * compared between the steppers). */
 /* The policy rltrain trains for env (lm_ppo_defaults: CleanRL's 64-64 tanh actor-critic,
  * MinAtar's convolutional network for image observations), contraction allowed as PPO runs it
  * unless --exact (train/ppo.c). */
@@ -1647,6 +1644,9 @@ static double policy_forward_flops(const lm_env_spec *env, const lm_policy_confi
 
 static int fma_peak(int threads, double *one, double *all);
 
+/* Builds a rollout (rltrain's policy for the env, rollout_policy; orthogonal init, seed 1), times
+ * lm_rollout_run, then reads the statistics of the episodes every run so far finished (they are
+ * compared between the steppers). */
 static int rollout_measure(lm_backend_t *b, const lm_env_spec *e, lm_stepper st, int64_t n, int64_t T, int reps,
                            rollout_result *out) {
   lm_policy_config cfg = rollout_policy(e);
