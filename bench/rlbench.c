@@ -1624,22 +1624,34 @@ static lm_policy_config rollout_policy(const lm_env_spec *e) {
   return cfg;
 }
 
-/* FLOPs of the policy's forward pass for one observation, actor and critic: each weight's
- * product, 2 rows x cols, a convolution's at every pixel of the image (its SAME padding's zeros
- * counted). 0 when the policy cannot be built. */
-static double policy_forward_flops(const lm_env_spec *env, const lm_policy_config *cfg) {
+/* The sum of per(pol, i) over the weights (parameters with cols > 0) of the policy cfg builds
+ * for env; 0 when it cannot be built. */
+static double over_weights(const lm_env_spec *env, const lm_policy_config *cfg, double (*per)(const lm_policy *, int)) {
   lm_graph_t *g = lm_graph_new();
   lm_policy pol;
-  double flops = 0;
+  double sum = 0;
   if (g && lm_policy_build(g, cfg, env, &pol) == LM_OK)
     for (int i = 0; i < pol.nparams; i++)
-      if (pol.cols[i]) {
-        const size_t len = strlen(pol.name[i]);
-        const int conv = len > 7 && !strcmp(pol.name[i] + len - 7, ".conv.w");
-        flops += 2.0 * pol.rows[i] * pol.cols[i] * (conv ? (double)pol.image[0] * pol.image[1] : 1.0);
-      }
+      if (pol.cols[i]) sum += per(&pol, i);
   lm_graph_free(g);
-  return flops;
+  return sum;
+}
+
+static int name_ends(const char *name, const char *tail) {
+  const size_t n = strlen(name), t = strlen(tail);
+  return n > t && !strcmp(name + n - t, tail);
+}
+
+/* A weight's forward FLOPs for one observation: 2 rows x cols, a convolution's at every pixel
+ * of the image (its SAME padding's zeros counted). */
+static double forward_flops(const lm_policy *pol, int i) {
+  const int conv = name_ends(pol->name[i], ".conv.w");
+  return 2.0 * pol->rows[i] * pol->cols[i] * (conv ? (double)pol->image[0] * pol->image[1] : 1.0);
+}
+
+/* FLOPs of the policy's forward pass for one observation, actor and critic. */
+static double policy_forward_flops(const lm_env_spec *env, const lm_policy_config *cfg) {
+  return over_weights(env, cfg, forward_flops);
 }
 
 static int fma_peak(int threads, double *one, double *all);
@@ -2290,29 +2302,23 @@ static int fma_peak(int threads, double *one, double *all) {
     *one = peak_gflops(fn, n, 1);
     *all = peak_gflops(fn, n, threads);
   } else {
-    fprintf(stderr, "rlbench: search: FMA peak not measured (%s)\n", lm_last_error());
+    fprintf(stderr, "rlbench: FMA peak not measured (%s)\n", lm_last_error());
   }
   lm_cc_lib_close(lib);
   lm_cc_close(cc);
   return fn ? 0 : 1;
 }
 
-/* FLOPs of the PPO minibatch update's matmuls, per the policy's weight shapes: each weight's
- * forward product, its gradient, and the gradient into its input (but the first layer's, whose
- * input is the observation), over `rows` rows. 0 when the policy cannot be built. */
+/* A weight's multiply-adds per row in the update: its forward product, its gradient, and the
+ * gradient into its input (but the first layer's, whose input is the observation). */
+static double update_macs(const lm_policy *pol, int i) {
+  return (double)pol->rows[i] * pol->cols[i] * (name_ends(pol->name[i], ".w0") ? 2 : 3);
+}
+
+/* FLOPs of the PPO minibatch update's matmuls over `rows` rows, per the policy's weight shapes;
+ * 0 when the policy cannot be built. */
 static double update_matmul_flops(const lm_env_spec *env, const lm_ppo_config *cfg, int64_t rows) {
-  lm_graph_t *g = lm_graph_new();
-  lm_policy pol;
-  double macs = 0;
-  if (g && lm_policy_build(g, &cfg->policy, env, &pol) == LM_OK)
-    for (int i = 0; i < pol.nparams; i++)
-      if (pol.cols[i]) {
-        const size_t len = strlen(pol.name[i]);
-        const int first = len > 3 && !strcmp(pol.name[i] + len - 3, ".w0");
-        macs += (double)pol.rows[i] * pol.cols[i] * (first ? 2 : 3);
-      }
-  lm_graph_free(g);
-  return 2 * macs * (double)rows;
+  return 2 * over_weights(env, &cfg->policy, update_macs) * (double)rows;
 }
 
 /* An n^3 matmul, default vs searched. */

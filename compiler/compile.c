@@ -237,16 +237,17 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
   /* a graph that allows contraction: its kernels may fuse a*b + c (the C dialect's FMAs; jam's
    * blocks are the same either way), except those the search timed as they are (a register
    * tile left to clang's vectoriser with contraction on spills its accumulators: 75 -> 31
-   * GFLOP/s, compiler/search/vec.c) */
-  if (st == LM_OK && out->g->contract && !out->fused)
-    for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].contract |= !out->plan->kernels[i].measured;
-  /* a fused scan's kernel keeps separate roundings (an env's arithmetic stays as the reference
-   * rounds it), but a graph that allows contraction has given up exp2's reference bits: there
-   * exp2 is the update's inline polynomial (render.c, lm_exp2_c), not two calls of libmvec's
-   * 8-wide expf per 16 lanes with the lanes' registers spilled around them (the tanh and the
-   * sampling: a third of CartPole's rollout kernel) */
-  if (st == LM_OK && out->g->contract && out->fused)
-    for (size_t i = 0; i < out->plan->nkernels; i++) out->plan->kernels[i].fast_exp = 1;
+   * GFLOP/s, compiler/search/vec.c). A fused scan's kernel keeps separate roundings (an env's
+   * arithmetic stays as the reference rounds it), but its exp2 is the update's inline
+   * polynomial (render.c, lm_exp2_c), not two calls of libmvec's 8-wide expf per 16 lanes with
+   * the lanes' registers spilled around them (the tanh and the sampling: a third of CartPole's
+   * rollout kernel) */
+  if (st == LM_OK && out->g->contract)
+    for (size_t i = 0; i < out->plan->nkernels; i++) {
+      lm_kernel *k = &out->plan->kernels[i];
+      if (out->fused) k->fast_exp = 1;
+      else k->contract |= !k->measured;
+    }
   if (st != LM_OK) lm_compiled_free(out);
   return st;
 }

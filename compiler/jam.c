@@ -220,6 +220,19 @@ static int plain(const lm_kernel *k) {
          k->loops[0].kind == LM_L_PARALLEL && k->loops[0].parent == -1;
 }
 
+/* Does op give the same bits per element in a jammed copy, which clang may vectorise? */
+static int same_bits_jammed(const jam *j, uint8_t op) {
+  switch (op) {
+  case LM_S_RAND:
+  case LM_S_LOG2:
+  case LM_S_SIN: return 0; /* libmvec where vectorised */
+  case LM_S_EXP2:
+  case LM_S_SQRT:
+  case LM_S_RECIP: return j->smooth;
+  default: return 1;
+  }
+}
+
 static int eligible(const jam *j, int f) {
   const lm_kernel *k = j->k;
   const lm_xnode *e = lm_x_node(j->x, k->loops[0].extent);
@@ -233,9 +246,7 @@ static int eligible(const jam *j, int f) {
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
     if (!stmt_inside(j, s)) continue;
-    if ((s->op >= LM_S_LOG2 && s->op <= LM_S_RECIP && !(j->smooth && s->op != LM_S_LOG2 && s->op != LM_S_SIN)) ||
-        s->op == LM_S_RAND)
-      return 0;
+    if (!same_bits_jammed(j, s->op)) return 0;
     if (fp[s->loop] < 0) continue;
     const lm_xnode *ext = lm_x_node(j->x, k->loops[s->loop].extent);
     if (s->op == LM_S_STORE && s->local && j->own[s->buf]) {
