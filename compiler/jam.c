@@ -37,6 +37,7 @@ typedef struct jam {
   uint32_t *smap;   /* old statement * f + c -> new statement */
   lm_expr *vmap;    /* old loop -> new variable (loop 0: 4 i4 + c, set per copy) */
   uint8_t *point;   /* old loop: a point loop run in tiles (tile_ep != 0) */
+  uint8_t *major;   /* old local array: a staged operand laid out tile-major (tile_major) */
   int64_t regs, tw; /* accumulator floats that fit in registers; a tile's width (register_file) */
   int64_t tile_ep;  /* the point loops' extent when they run in tiles of tw, else 0 */
   int smooth;       /* the graph allows contraction: exp2, 1/x and sqrt print the same per
@@ -82,6 +83,45 @@ static lm_expr remap(jam *j, lm_expr e) {
   return e ? lm_x_simplify(j->x, lm_x_subst(j->x, e, j->vmap, (int)j->k->nloops), NULL) : 0;
 }
 
+/* A staged operand (schedule.c: a weight read by columns, copied once per call into a local
+ * [R][P] array) read in tiles walks its columns a tile at a time: l[r*P + t*tw + p] for r < R,
+ * a stride of P floats per step of r. For MinAtar's [1600, 128] layer that is 6400 bytes, a new
+ * page every load, which the prefetchers do not follow (the input gradient ran at 55% of the FMA
+ * peak where the forward, reading the weights in rows, ran at 80%). Tile-major, element r*P + q
+ * of the array sits at (q / tw) * R*tw + r*tw + q % tw: each tile's columns one after another,
+ * read in order. Every load and store of the array (the copy's included) takes the new index: a
+ * bijection on its floats, so nothing reads anything else. Measured on a 2-core Zen 4 EPYC, the
+ * input-gradient kernel alone (1024 rows, one thread, bitwise equal): 6.2 ms -> 5.1 ms. */
+static lm_expr tile_major(jam *j, uint32_t local, lm_expr e) {
+  lm_exprs *x = j->x;
+  const int64_t ep = j->tile_ep, tw = j->tw, R = j->k->locals[local] / ep;
+  lm_expr q = lm_x_mod(x, e, lm_x_const(x, ep)), r = lm_x_div(x, e, lm_x_const(x, ep));
+  lm_expr v = lm_x_add(x, lm_x_mul(x, lm_x_div(x, q, lm_x_const(x, tw)), lm_x_const(x, R * tw)),
+                       lm_x_add(x, lm_x_mul(x, r, lm_x_const(x, tw)), lm_x_mod(x, q, lm_x_const(x, tw))));
+  lm_expr ext[64];
+  const lm_kernel *n = j->n;
+  for (size_t l = 0; l < n->nloops && l < 64; l++) ext[l] = n->loops[l].extent;
+  lm_xctx ctx = {.extent = ext, .nvars = (int)(n->nloops < 64 ? n->nloops : 64)};
+  return lm_x_simplify(x, v, &ctx);
+}
+
+/* Which local arrays go tile-major: read-only inside loop 0 (written only by a copy before it),
+ * shared by the points, a whole number of columns of the tiled extent, and read only inside point
+ * loops at indices that come out without a division or modulo (a column walk). */
+static void plan_major(jam *j) {
+  const lm_kernel *k = j->k;
+  lm_exprs *x = j->x;
+  for (size_t i = 0; i < k->nlocals; i++)
+    j->major[i] = !j->own[i] && k->locals[i] % j->tile_ep == 0 && k->locals[i] > j->tile_ep;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if ((s->op != LM_S_LOAD && s->op != LM_S_STORE) || !s->local || !j->major[s->buf]) continue;
+    if (!stmt_inside(j, s)) continue;
+    lm_expr e = s->op == LM_S_LOAD && j->point[s->loop] ? remap(j, s->idx) : 0;
+    if (!e || lm_x_divmods(x, tile_major(j, s->buf, e), -1, NULL, NULL)) j->major[s->buf] = 0;
+  }
+}
+
 static void copy_stmt(jam *j, uint32_t old, int c) {
   const lm_kernel *k = j->k;
   lm_stmt s = k->stmts[old];
@@ -93,6 +133,7 @@ static void copy_stmt(jam *j, uint32_t old, int c) {
   s.step = remap(j, s.step);
   if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && s.local) {
     if (j->tile_ep && j->own[s.buf]) s.idx = lm_x_var(j->x, s.loop); /* a tile's row of accumulators */
+    else if (j->major[s.buf]) s.idx = tile_major(j, s.buf, s.idx);
     s.buf = j->lmap[(size_t)s.buf * j->f + c];
   }
   int reads_var = ((lm_x_vars_used(j->x, k->stmts[old].idx) | lm_x_vars_used(j->x, k->stmts[old].valid)) & 1) != 0;
@@ -275,8 +316,9 @@ static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f, int 
   j.smap = lm_calloc(k->nstmts * (size_t)f + 1, sizeof *j.smap);
   j.vmap = lm_calloc(k->nloops + 1, sizeof *j.vmap);
   j.point = lm_calloc(k->nloops + 1, 1);
+  j.major = lm_calloc(k->nlocals + 1, 1);
   int done = 0;
-  if (!plain(k) || !j.inside || !j.dep || !j.own || !j.lmap || !j.smap || !j.vmap || !j.point) goto out;
+  if (!plain(k) || !j.inside || !j.dep || !j.own || !j.lmap || !j.smap || !j.vmap || !j.point || !j.major) goto out;
   for (size_t l = 0; l < k->nloops; l++) {
     int32_t p = (int32_t)l;
     while (p > 0) p = k->loops[p].parent;
@@ -312,6 +354,7 @@ static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f, int 
       j.vmap[l] = lm_x_add(x, lm_x_mul(x, lm_x_var(x, j.tile), lm_x_const(x, j.tw)), lm_x_var(x, (int)l));
     }
   }
+  if (j.tile_ep) plan_major(&j);
   lm_expr fe = lm_x_const(x, f);
   n->loops[0].extent = e.op == LM_X_CONST ? lm_x_const(x, (e.v + f - 1) / f)
                                           : lm_x_simplify(x, lm_x_div(x, lm_x_add(x, k->loops[0].extent, lm_x_const(x, f - 1)), fe), NULL);
@@ -337,6 +380,7 @@ out:
   lm_free(j.smap);
   lm_free(j.vmap);
   lm_free(j.point);
+  lm_free(j.major);
   return done;
 }
 

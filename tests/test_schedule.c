@@ -531,6 +531,31 @@ static int tile_rows(const lm_graph_t *g) {
   return n;
 }
 
+/* The steps, over the loop variables, of the loads of local arrays of `floats` floats in the
+ * cpu's plan of g, as a bit set of the steps 16, 64 and 1600 (1, 2, 4): the staged [1600, 128]
+ * weight of the dense layer's input gradient (compiler/schedule.c) is read down its columns, a
+ * step of 1600 floats per output laid out [k][p], of a tile's width (16 or 64) laid out
+ * tile-major (compiler/jam.c). */
+static int staged_steps(lm_graph_t *g, int64_t floats) {
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  int seen = 0;
+  for (size_t k = 0; k < comp.plan->nkernels; k++) {
+    const lm_kernel *kn = &comp.plan->kernels[k];
+    for (size_t i = 0; i < kn->nstmts; i++) {
+      const lm_stmt *s = &kn->stmts[i];
+      if (s->op != LM_S_LOAD || !s->local || kn->locals[s->buf] != floats) continue;
+      for (int v = 0; v < (int)kn->nloops; v++) {
+        int64_t d = 0;
+        if (lm_x_step(&comp.g->x, s->idx, v, (int)kn->nloops, &d)) seen |= (d == 16) | (d == 64) << 1 | (d == 1600) << 2;
+      }
+    }
+  }
+  lm_compiled_free(&comp);
+  return seen;
+}
+
 /* Jamming runs four rows of a kernel at a time, or more where the points keep few accumulators
  * (the convolution's weight gradient: 12 of Breakout's 36 taps (4 channels), 6 of Space
  * Invaders' 54 (6)), the dense layers' 128 outputs in tiles (of 16 or 64): more accumulator rows, and
@@ -546,6 +571,9 @@ static void jam_keeps_bits(int64_t C) {
   int jammed = tile_rows(g);
   cr_log_info("%lld channels: local rows of 16 or 64 floats: %d plain, %d jammed", (long long)C, plain, jammed);
   cr_assert_geq(jammed, plain + 3 * 4, "jammed: %d rows of 16 or 64 floats, plain %d", jammed, plain);
+  int steps = staged_steps(g, 1600 * 128);
+  cr_assert(steps && steps < 4, "the staged [1600, 128] operand's loads step by%s%s%s floats, not only by a tile's width "
+            "(16 or 64): not tile-major", steps & 1 ? " 16" : "", steps & 2 ? " 64" : "", steps & 4 ? " 1600" : "");
   lm_backend_t *bc = lm_backend_new("cpu"), *br = lm_backend_new("ref");
   cr_assert(bp && bc && br, "%s", lm_last_error());
   lm_program_t *pc = lm_program_new(bc, g), *pr = lm_program_new(br, g);
