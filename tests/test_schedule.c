@@ -624,6 +624,44 @@ Test(schedule, jammed_rows_and_tiled_outputs_keep_the_bits_of_the_reference) {
   jam_keeps_bits(6);
 }
 
+/* The convolution's forward keeps 4 jammed rows of 16 filters in accumulator arrays inside its
+ * reduction over the window: that point loop is rendered LM_NARROW (vectorised eight wide, so
+ * clang keeps the accumulators in registers). The weight gradient's 12 rows of 16 would be 24
+ * vectors of 8: left alone. Every narrowed loop runs 8 or 16 iterations. (The bits are
+ * jam_keeps_bits' over the same graph.) */
+Test(schedule, small_accumulating_point_loops_are_narrowed_for_the_c_compiler) {
+  lm_graph_t *g = cnn_grad_graph(4);
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  int narrowed_kernels = 0, wide_jams = 0;
+  for (size_t k = 0; k < comp.plan->nkernels; k++) {
+    const lm_kernel *kn = &comp.plan->kernels[k];
+    char *src = lm_render_kernel(comp.plan, kn, LM_DIALECT_C);
+    cr_assert(src, "%s", lm_last_error());
+    int rows16 = 0;
+    for (size_t l = 0; l < kn->nlocals; l++) rows16 += kn->locals[l] == 16;
+    int n = 0;
+    for (const char *at = strstr(src, "LM_NARROW\n"); at; at = strstr(at + 1, "LM_NARROW\n")) {
+      long long ext = 0;
+      const char *f = strstr(at, "for (");
+      cr_assert(f && sscanf(strchr(f, '<') + 1, "%lld", &ext) == 1 && (ext == 8 || ext == 16),
+                "kernel %s: LM_NARROW before a loop of %lld iterations", kn->name, ext);
+      n++;
+    }
+    if (rows16 >= 24) { /* the weight gradient, jammed by 12 at two levels of its reduction */
+      wide_jams++;
+      cr_assert_eq(n, 0, "kernel %s (%d accumulator rows of 16): %d narrowed loops", kn->name, rows16, n);
+    }
+    narrowed_kernels += n > 0;
+    lm_free(src);
+  }
+  cr_assert_geq(narrowed_kernels, 1, "no kernel narrowed its accumulating point loop (the convolution's forward)");
+  cr_assert_geq(wide_jams, 1, "no kernel keeps 12 jammed rows of 16 accumulators (the weight gradient)");
+  lm_compiled_free(&comp);
+  lm_graph_free(g);
+}
+
 /* ================================================================ memory planning */
 
 Test(schedule, deep_materialised_chain_reuses_the_arena_and_matches_ref) {
