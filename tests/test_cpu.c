@@ -156,8 +156,13 @@ Test(cpu_threads, one_two_and_three_threads_give_bitwise_equal_results, .timeout
   lm_tensor d = lm_input(g, "d", LM_ROLE_DATA, 2, (lm_dim[]){n3, 33});
   OK(lm_output(lm_sum_reduce(lm_sin(d), 1), "row_sum"));
   OK(lm_output(lm_max_reduce(lm_exp2(lm_transpose(d, 0, 1)), 0), "column_max"));
-  static const char *const outs[] = {"one_loop", "two_d", "row_sum", "column_max"};
-  static const char *const ins[] = {"a", "b", "c", "d"};
+  /* 67 rows of sum_k exp2(e[n,k] w[k,j]): a 64 x 64 nest under each row, never unrolled away,
+   * so the rows are cut apart one by one (not in blocks of 64) */
+  lm_tensor en = lm_input(g, "e", LM_ROLE_DATA, 2, (lm_dim[]){67, 64});
+  lm_tensor wn = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){64, 64});
+  OK(lm_output(lm_sum_reduce(lm_exp2(lm_mul(lm_expand(en, 2, 64), lm_expand(wn, 0, 67))), 1), "row_nest"));
+  static const char *const outs[] = {"one_loop", "two_d", "row_sum", "column_max", "row_nest"};
+  static const char *const ins[] = {"a", "b", "c", "d", "e", "w"};
   static const char *const threads[] = {"1", "2", "3"};
   lm_backend_t *be[4];
   lm_program_t *p[4];
@@ -172,7 +177,7 @@ Test(cpu_threads, one_two_and_three_threads_give_bitwise_equal_results, .timeout
   }
   unsetenv("LUMEN_THREADS");
   check_rng r = check_rng_new(3);
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 6; k++) {
     size_t n = 0;
     OK(lm_program_numel(p[0], ins[k], &n));
     float *v = malloc(n * sizeof *v);
@@ -181,7 +186,7 @@ Test(cpu_threads, one_two_and_three_threads_give_bitwise_equal_results, .timeout
     free(v);
   }
   for (int i = 0; i < 4; i++) OK(lm_program_run(p[i]));
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 5; k++) {
     size_t n = 0;
     OK(lm_program_numel(p[0], outs[k], &n));
     float *got[4];

@@ -1809,10 +1809,11 @@ Test(search, candidates_run_on_buffers_aligned_to_a_cache_line) {
 
 Test(search, candidates_are_launched_cut_over_threads_as_the_cpu_backend_cuts_them) {
   lm_cpu_cut cut;
-  { /* 512x64 times 64x64: blocks of 64 rows, 8 of them, four to a thread */
+  { /* 512x16 times 16x16 (a row's 16 x 16 a C compiler may unroll whole, leaving the row loop
+     * innermost): blocks of 64 rows, 8 of them, four to a thread */
     lm_graph_t *g = lm_graph_new();
-    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){512, 64});
-    lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){64, 64});
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){512, 16});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){16, 16});
     cr_assert_eq(lm_output(lm_matmul(a, w), "c"), LM_OK);
     cr_assert_eq(bench_calls(g, NULL, 0, &cut), 2, "a 512-row matmul ran in %d calls", ncalls);
     cr_assert_eq(cut.unit, 64);
@@ -1820,6 +1821,17 @@ Test(search, candidates_are_launched_cut_over_threads_as_the_cpu_backend_cuts_th
     cr_assert_eq(calls[0][1], 256);
     cr_assert_eq(calls[1][0], 256);
     cr_assert_eq(calls[1][1], 512);
+  }
+  { /* 64 rows of 64x64 times 64x64: a row's 64 x 64 nest (4096 statements whole) is never
+     * unrolled away, so rows are cut apart (a rollout's dense layer over 64 envs) */
+    lm_graph_t *g = lm_graph_new();
+    lm_tensor a = lm_input(g, "a", LM_ROLE_DATA, 2, (lm_dim[]){64, 64});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_DATA, 2, (lm_dim[]){64, 64});
+    cr_assert_eq(lm_output(lm_matmul(a, w), "c"), LM_OK);
+    cr_assert_eq(bench_calls(g, NULL, 0, &cut), 2, "a 64-row matmul ran in %d calls", ncalls);
+    cr_assert_eq(cut.unit, 1);
+    cr_assert_eq(calls[0][1], 32);
+    cr_assert_eq(calls[1][0], 32);
   }
   { /* a weight gradient X^T G over a symbolic minibatch: 64 rows, each cut apart */
     lm_graph_t *g = lm_graph_new();
