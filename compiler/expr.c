@@ -554,6 +554,24 @@ static void range_with_facts(lm_exprs *x, const poly *p, const lm_xctx *ctx, ran
   if (r->lo.bad || r->hi.bad) r->ok = 0;
 }
 
+/* Constant bounds of p over every binding, the facts' and the loops' extents' joined: 1 when
+ * both are found. */
+static int poly_bounds(lm_exprs *x, const poly *p, const lm_xctx *ctx, int64_t *lo, int64_t *hi) {
+  range r;
+  range_of_poly(x, p, ctx, &r);
+  int ok = r.ok && poly_is_const(&r.lo, lo) && poly_is_const(&r.hi, hi);
+  if (ctx && ctx->nfacts) {
+    int64_t flo, fhi;
+    range_with_facts(x, p, ctx, &r);
+    if (r.ok && poly_is_const(&r.lo, &flo) && poly_is_const(&r.hi, &fhi)) {
+      *lo = ok && *lo > flo ? *lo : flo;
+      *hi = ok && *hi < fhi ? *hi : fhi;
+      ok = 1;
+    }
+  }
+  return ok;
+}
+
 /* 0 <= p < d for every binding (d a polynomial over symbols). */
 static int poly_within(lm_exprs *x, const poly *p, const poly *d, const lm_xctx *ctx) {
   range r;
@@ -813,6 +831,34 @@ static lm_expr simplify_divmod(lm_exprs *x, uint8_t op, lm_expr a, lm_expr b, co
       }
     }
   }
+  /* floor((c*y + r) / d) = floor((y + k) / (d/c)) and (c*y + r) % d = c*((y + k) % (d/c)) +
+   * r - k*c for a coefficient c dividing d, when the other terms r lie in [k*c, (k+1)*c) (a
+   * guard's facts count): a padded map's cell read back through the map's flat index, inside the
+   * pad (40*i + 4*j + l - 44) / 80 with 4*j + l - 44 in [-40, -1] is (i - 1) / 2 */
+  if (poly_is_const(&pb, &cb) && cb > 1)
+    for (int i = 0; i < pa.n; i++) {
+      int64_t c = pa.t[i].c, lo = 0, hi = 0;
+      if (pa.t[i].n == 0 || c <= 1 || cb % c) continue;
+      poly y, rr, k;
+      poly_const(&y, 0);
+      poly_const(&rr, 0);
+      for (int j = 0; j < pa.n; j++) {
+        term t = pa.t[j];
+        if (t.n > 0 && t.c % c == 0) {
+          t.c /= c;
+          poly_addterm(x, &y, &t);
+        } else poly_addterm(x, &rr, &t);
+      }
+      if (y.bad || rr.bad || !rr.n || !poly_bounds(x, &rr, ctx, &lo, &hi) || floordiv(lo, c) != floordiv(hi, c))
+        continue;
+      poly_const(&k, floordiv(lo, c));
+      poly_add(x, &y, &k, 1);
+      poly_add(x, &rr, &k, -c);
+      lm_expr inner = y.bad || rr.bad ? 0 : simplify_divmod(x, op, poly_expr(x, &y), lm_x_const(x, cb / c), ctx);
+      if (!inner) continue;
+      if (op == LM_X_DIV) return inner;
+      if ((inner = times_plus(x, inner, c, &rr, ctx))) return inner;
+    }
   if (!split_by(x, &pa, &pb, &q, &r)) {
     q.n = 0;
     r = pa;

@@ -313,6 +313,19 @@ static int recomputes(const kbuild *b, uint64_t used) {
   return 0;
 }
 
+/* The guard of a select inside a value computed under `valid`: the value is used only where
+ * valid holds (each enclosing guard has its own select, which gives 0 elsewhere whatever the
+ * value), so the guard may be simplified as if valid held, where that saves divisions (a padded
+ * observation's cells, read through a roll: inside the pad the roll's floor modulo is the
+ * index itself). */
+static lm_expr select_guard(kbuild *b, lm_expr sv, lm_expr valid) {
+  lm_exprs *x = &b->L->g->x;
+  if (lm_x_is_const(x, valid, 1)) return sv;
+  lm_xctx ctx = ctx_of(b);
+  lm_expr g = lm_x_simplify_guarded(x, sv, valid, &ctx);
+  return lm_x_divmods(x, g, -1, NULL, NULL) < lm_x_divmods(x, sv, -1, NULL, NULL) ? g : sv;
+}
+
 static uint32_t compute(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr valid) {
   lowering *L = b->L;
   lm_graph_t *g = L->g;
@@ -357,6 +370,7 @@ static uint32_t compute(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr vali
     lm_expr v2 = lm_x_simplify(&g->x, lm_x_and(&g->x, valid, sv), &ctx);
     uint32_t v = eval(b, n->src[0].node, sidx, v2);
     if (!lm_x_is_const(&g->x, sv, 1)) {
+      sv = select_guard(b, sv, valid);
       lm_stmt sel = {.op = LM_S_SELECT, .a = v, .valid = sv};
       v = emit(b, sel, lm_x_vars_used(&g->x, sv), loop_of(b, v));
     }
@@ -375,6 +389,7 @@ static uint32_t compute(kbuild *b, uint32_t id, const lm_expr *idx, lm_expr vali
     lm_expr v2 = lm_x_simplify(&g->x, lm_x_and(&g->x, valid, sv), &ctx);
     v[i] = eval(b, n->src[i].node, sidx, v2);
     if (!lm_x_is_const(&g->x, sv, 1)) {
+      sv = select_guard(b, sv, valid);
       lm_stmt sel = {.op = LM_S_SELECT, .a = v[i], .valid = sv};
       v[i] = emit(b, sel, lm_x_vars_used(&g->x, sv), loop_of(b, v[i]));
     }

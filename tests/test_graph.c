@@ -461,6 +461,43 @@ Test(simplify, a_guard_on_affine_terms_removes_the_modulo_it_makes_trivial) {
   lm_exprs_free(&x);
 }
 
+/* A padded 10x10 map's cell (i0 - 1, i1 - 1), channel i2, read back through the map's flat index
+ * 40*i0 + 4*i1 + i2 - 44 (MinAtar's observation built from its state, inside its conv's pad):
+ * the guard 0 < i1 < 11 puts the other terms 4*i1 + i2 - 44 in [-40, -1], one band of 40, so
+ * / 80 is (i0 - 1) / 2 and % 80 is 40*((i0 - 1) % 2) + 4*i1 + i2 - 4: no division of the whole
+ * sum, and the same values at every point the guard admits. */
+Test(simplify, other_terms_within_one_band_of_a_coefficient_leave_its_variable_alone_divided) {
+  lm_exprs x;
+  lm_exprs_init(&x);
+  lm_expr ext[3] = {lm_x_const(&x, 12), lm_x_const(&x, 12), lm_x_const(&x, 4)};
+  lm_xctx ctx = {.extent = ext, .nvars = 3};
+  lm_expr v[3];
+  for (int i = 0; i < 3; i++) v[i] = lm_x_var(&x, i);
+  lm_expr flat = lm_x_add(&x, lm_x_add(&x, lm_x_mul(&x, v[0], lm_x_const(&x, 40)), lm_x_mul(&x, v[1], lm_x_const(&x, 4))),
+                          lm_x_add(&x, v[2], lm_x_const(&x, -44)));
+  lm_expr c0 = lm_x_const(&x, 0), c11 = lm_x_const(&x, 11);
+  lm_expr guard = lm_x_and(&x, lm_x_lt(&x, c0, v[1]), lm_x_lt(&x, v[1], c11));
+  lm_expr im1 = lm_x_add(&x, v[0], lm_x_const(&x, -1));
+  for (int op = 0; op < 2; op++) {
+    lm_expr e = op ? lm_x_mod(&x, flat, lm_x_const(&x, 80)) : lm_x_div(&x, flat, lm_x_const(&x, 80));
+    lm_expr guarded = lm_x_simplify_guarded(&x, e, guard, &ctx);
+    if (!op) cr_assert_eq(guarded, lm_x_simplify(&x, lm_x_div(&x, im1, lm_x_const(&x, 2)), &ctx), "/ 80 is not (i0 - 1) / 2");
+    cr_assert_eq(lm_x_divmods(&x, guarded, 1, NULL, NULL) + lm_x_divmods(&x, guarded, 2, NULL, NULL), 0,
+                 "%s: i1 or i2 still divided", op ? "% 80" : "/ 80");
+    int64_t at[3];
+    for (at[0] = 0; at[0] < 12; at[0]++)
+      for (at[1] = 0; at[1] < 12; at[1]++)
+        for (at[2] = 0; at[2] < 4; at[2]++)
+          if (lm_x_eval(&x, guard, at, NULL))
+            cr_assert_eq(lm_x_eval(&x, guarded, at, NULL), lm_x_eval(&x, e, at, NULL), "%s at %lld %lld %lld",
+                         op ? "% 80" : "/ 80", (long long)at[0], (long long)at[1], (long long)at[2]);
+  }
+  /* without the guard 4*i1 + i2 - 44 spans [-44, 3]: two bands, the division stays on the sum */
+  lm_expr plain = lm_x_simplify(&x, lm_x_div(&x, flat, lm_x_const(&x, 80)), &ctx);
+  cr_assert_gt(lm_x_divmods(&x, plain, 1, NULL, NULL), 0);
+  lm_exprs_free(&x);
+}
+
 /* The permute+reshape index (k%2)*3 + k/2 has two floor atoms whose order in the canonical
  * sum must not depend on what else the graph's arena interned first. */
 static void transpose_flatten_text(int pollute, char *out, size_t cap) {
