@@ -159,7 +159,7 @@ static const pass passes[] = {
       "matmuls tiled through shared memory, reductions as trees, weights staged (gpu.c)"},
      DEVICE, when_gpu, run_gpu},
     {{"finite", "c", "its graph promises finite values", "LUMEN_NO_FINITE",
-      "x * 0 as 0 and x + 0 as x, stores of what was just read dropped (columns.c); arithmetic selects over a proved 0/1 flag printed as selects, one-hot reads as gathers (render.c)"},
+      "x * 0 as 0 and x + 0 as x, stores of what was just read dropped (columns.c); arithmetic selects over a proved 0/1 flag printed as selects (the loads they pick read before them), one-hot reads as gathers (render.c)"},
      DEVICE, when_finite, run_finite},
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };

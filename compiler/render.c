@@ -994,6 +994,34 @@ static int select_form(const rk *r, uint32_t id, uint32_t *cv, uint32_t *x, uint
   return 0;
 }
 
+/* The loads a select's picked operand reads through statements printed inside it. */
+static void unguard_loads(rk *r, uint32_t id, int depth) {
+  const lm_stmt *s = &r->k->stmts[id];
+  if (depth > 8 || !r->inl[id]) return;
+  if (s->op == LM_S_LOAD) {
+    if (trivially_valid(r, s->valid)) r->inl[id] = 0;
+    return;
+  }
+  int ops = lm_sop_operands(s->op);
+  if (ops & LM_OPND_A) unguard_loads(r, s->a, depth + 1);
+  if (ops & LM_OPND_B) unguard_loads(r, s->b, depth + 1);
+}
+
+/* Finite C kernels: a load an arithmetic select picks (select_form) is read where it stands,
+ * not inside the pick. Every point of an unguarded load is inside its array, so reading it
+ * always is safe; printed inside `c ? a : b` the C compiler must keep it under the branch, and
+ * in a lane loop it makes it a masked load, or, with constant offsets (a column loop unrolled
+ * into its lanes, columns.c), a gather per vector. */
+static void unguard_picks(rk *r) {
+  const lm_kernel *k = r->k;
+  for (size_t i = 0; i < k->nstmts; i++) {
+    uint32_t c, a, b;
+    if (!r->live[i] || r->vary[i] || k->stmts[i].op != LM_S_ADD || !select_form(r, (uint32_t)i, &c, &a, &b)) continue;
+    unguard_loads(r, a, 0);
+    unguard_loads(r, b, 0);
+  }
+}
+
 static void print_test(rk *r, lm_sb *sb, uint32_t a, uint32_t b, int eq, int need) {
   open_paren(sb, PREC_TERNARY, need);
   lm_sb_puts(sb, "(");
@@ -1900,6 +1928,7 @@ static lm_status render_kernel(const lm_plan *p, const lm_kernel *k, lm_dialect 
   if (!r.bad) choose_inline(&r);
   if (!r.bad) choose_speculation(&r);
   if (!r.bad && k->finite && dia == LM_DIALECT_C && !fill_locals(&r)) goto done;
+  if (!r.bad && k->finite && dia == LM_DIALECT_C) unguard_picks(&r);
 
   /* ---- body first: it tells which variables, symbols and buffers the head must bind */
   int base = r.flat || k->npar > 0 ? 1 : 2;

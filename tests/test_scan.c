@@ -952,8 +952,9 @@ static float *stack_scan(int cols, const char *backend, int lazy, ir_facts *fact
 }
 
 /* stack_graph(4)'s y [T, N, 4] on backend, its graph promising finite values or not; cpu: the
- * lines of its dumped kernels that print a select (compiler/render.c) in *selects. */
-static float *select_scan(const char *backend, int finite, int *selects) {
+ * lines of its dumped kernels that print a select (compiler/render.c) in *selects, and of
+ * those the ones that read an array in a picked operand (`? l3[` or `: b1[`) in *picked. */
+static float *select_scan(const char *backend, int finite, int *selects, int *picked) {
   lm_graph_t *g = stack_graph(4);
   if (finite) lm_graph_promise_finite(g);
   char dir[] = "/tmp/lumen-select-XXXXXX";
@@ -967,6 +968,7 @@ static float *select_scan(const char *backend, int finite, int *selects) {
   lm_program_set_seed(p, 9);
   OK(lm_program_run(p));
   float *y = get(p, "y", (size_t)LZ_T * 4 * LZ_N * 4);
+  if (picked) *picked = check_dump_count(dir, " != 0.0f ? .*[?:] [lb][0-9]*\\[", selects != NULL);
   if (selects) *selects = check_dump_lines(dir, " != 0.0f ? ");
   lm_program_free(p);
   lm_backend_free(b);
@@ -978,14 +980,16 @@ static float *select_scan(const char *backend, int finite, int *selects) {
  * whose graph promises finite values, and as the arithmetic without the promise; both give
  * the reference's bits here, where every value is finite (ref checking the promise). */
 Test(columns, a_select_prints_as_a_select_only_where_the_graph_promises_finite_values) {
-  int with = 0, without = 0;
-  float *fin = select_scan("cpu", 1, &with), *plain = select_scan("cpu", 0, &without);
-  float *ref = select_scan("ref", 1, NULL);
+  int with = 0, without = 0, picked = -1;
+  float *fin = select_scan("cpu", 1, &with, &picked), *plain = select_scan("cpu", 0, &without, NULL);
+  float *ref = select_scan("ref", 1, NULL, NULL);
   cr_assert_gt(with, 0, "no select printed in the finite graph's kernel");
+  /* the loads a select picks are read before it, not under it (render.c, unguard_picks) */
+  cr_assert_eq(picked, 0, "%d selects read an array in a picked operand", picked);
   cr_assert_eq(without, 0, "%d selects printed without the promise", without);
   int off = 0; /* the pass's switch: the promise kept, the kernels printed as without it */
   setenv("LUMEN_NO_FINITE", "1", 1);
-  free(select_scan("cpu", 1, &off));
+  free(select_scan("cpu", 1, &off, NULL));
   unsetenv("LUMEN_NO_FINITE");
   cr_assert_eq(off, 0, "%d selects printed with LUMEN_NO_FINITE=1", off);
   size_t n = (size_t)LZ_T * 4 * LZ_N * 4;

@@ -113,9 +113,11 @@ lm_program_t *check_cpu_scan(lm_graph_t *g, const char *dir, int lazy, lm_backen
   return p;
 }
 
-int check_dump_lines(const char *dir, const char *re) {
+int check_dump_lines(const char *dir, const char *re) { return check_dump_count(dir, re, 0); }
+
+int check_dump_count(const char *dir, const char *re, int keep) {
   char cmd[512];
-  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c '%s'; rm -rf %s", dir, re, dir);
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c '%s'; %s %s", dir, re, keep ? "true" : "rm -rf", dir);
   FILE *f = popen(cmd, "r");
   cr_assert(f, "popen(%s)", cmd);
   int n = -1;

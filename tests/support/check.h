@@ -56,6 +56,8 @@ void check_finite(const char *what, const float *got, size_t n);
 /* Lines of the cpu kernels dumped into dir (LUMEN_DUMP) that match the basic regular
  * expression re (their loop IR included), counted with grep; removes dir. */
 int check_dump_lines(const char *dir, const char *re);
+/* The same, dir removed unless keep. */
+int check_dump_count(const char *dir, const char *re, int keep);
 /* g as a scan program over symbol T (no per-step inputs) on a new cpu backend (*b), its
  * kernels dumped into dir, with lazy draws (compiler/lazy.c) or without (LUMEN_NO_LAZY). */
 lm_program_t *check_cpu_scan(lm_graph_t *g, const char *dir, int lazy, lm_backend_t **b);
