@@ -11,7 +11,8 @@
  *   over 4096 resets each ball_start ((0, 2) or (9, 3)) comes up 50% +- 3%;
  * - random actions with auto-reset (lm_env_vec_step in a scan), the graph on cpu for 1024 envs x
  *   2000 steps (256 x 500 under AddressSanitizer, several times slower) and on ref and cpu for
- *   64 x 120 (ref interprets: about 1e3 env steps/s here; 32 x 60 under AddressSanitizer),
+ *   64 x 120 (32 x 60 under AddressSanitizer; ref and cpu meet at the full size in
+ *   test_minatar_ref_slow.c),
  *   against the reference stepper driven by the same uniforms: identical episode counts,
  *   lengths and returns, and every step's reward and done flag and the final states bit for
  *   bit; the cpu compile time and env-only steps/s go to the log;
@@ -44,7 +45,7 @@
 #else
 #define STATS_N 1024
 #define STATS_T 2000
-#define REF_N 64 /* ref, an interpreter, steps this env about 1e3 times a second */
+#define REF_N 64 /* the full size on ref: test_minatar_ref_slow.c */
 #define REF_T 120
 #endif
 
@@ -510,8 +511,8 @@ static void random_play(const char *const *backends, int nb, int64_t n, int64_t 
   run_free(&want);
 }
 
-/* cpu at the issue's size; ref (an interpreter: about 1e3 env steps/s for this env, so half an
- * hour for 2M) on a smaller run that cpu repeats */
+/* cpu at the issue's size; ref (an interpreter: about 1.5e4 env steps/s for this env, two minutes
+ * for 2M) on a smaller run that cpu repeats, and at the full size in test_minatar_ref_slow.c */
 Test(random_play, graph_on_cpu_1024_envs_x_2000_steps_with_auto_reset_steps_as_the_reference_stepper_bit_for_bit,
      .timeout = LM_TIMEOUT(300)) {
   random_play((const char *const[]){"cpu"}, 1, STATS_N, STATS_T);

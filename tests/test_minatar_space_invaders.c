@@ -8,7 +8,8 @@
  * - a terminal state steps to itself with reward 0 (act()'s early return), graph and reference;
  * - the reset graph (deterministic: it draws nothing) equals ref_reset for 1024 envs, ref and cpu;
  * - random actions with auto-reset as a scan (lm_env_vec_step), 1024 envs x 2000 steps on cpu and
- *   the first 64 envs x 160 steps on ref (an interpreter: the full run would take an hour), against
+ *   the first 64 envs x 160 steps on ref (the full run, three minutes there, is in
+ *   test_minatar_ref_slow.c), against
  *   the reference stepper driven by the same action draws: identical per-step rewards and
  *   terminations and final states bit for bit, hence identical episode statistics;
  * - the scanned step (random actions, auto-reset) is one kernel on cpu;
@@ -29,7 +30,7 @@
 #define GOLDEN LUMEN_SOURCE_DIR "/../shared/golden/minatar_space_invaders.csv"
 #define INIT_RUN (1ull << 40) /* run index of the initial reset draws: never a step's run */
 
-/* Random play with auto-reset: 1024 envs x 2000 steps on cpu; on ref (an interpreter, about 600
+/* Random play with auto-reset: 1024 envs x 2000 steps on cpu; on ref (an interpreter, about 1e4
  * env-steps/s for this step) the first 64 envs for 160 steps. Under ASan both smaller. */
 #if defined(LM_TEST_SANITIZED)
 enum { STATS_N = 256, STATS_T = 500, REF_N = 16, REF_T = 80 };
@@ -253,33 +254,12 @@ static void run_stats(run_out *o, size_t n, size_t T) {
   for (size_t c = 0; c < n * T; c++) o->episodes += o->terminated[c] != 0, o->return_sum += o->reward[c];
 }
 
-/* Random actions + lm_env_vec_step as a scan of T steps on `backend`, promising finite values
- * (step t: run counter t), every env starting from its reset. */
+/* Random actions + lm_env_vec_step as a scan of T steps on `backend` (check_random_play), every
+ * env starting from its reset. */
 static run_out run_graph(const lm_env_spec *e, const char *backend, size_t n, size_t T, uint64_t seed) {
-  lm_graph_t *g = lm_graph_new();
-  lm_graph_promise_finite(g); /* as the env's own programs (lm_env_spec.finite): ref checks it */
-  lm_dim N = lm_sym(g, "N");
-  lm_vec_step vs;
-  OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));
-  OK(lm_output(vs.reward, "reward"));
-  OK(lm_output(vs.terminated, "terminated"));
-  lm_backend_t *b = lm_backend_new(backend);
-  cr_assert(b, "%s", lm_last_error());
-  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
-  cr_assert(p, "scan on %s: %s", backend, lm_last_error());
-  lm_graph_free(g);
-  OK(lm_program_bind(p, "N", (int64_t)n));
-  OK(lm_program_bind(p, "T", (int64_t)T));
-  lm_program_set_seed(p, seed);
   run_out o = {check_floats(n * T), check_floats(n * T), check_floats(n * S), 0, 0};
   for (size_t i = 0; i < n; i++) e->ref_reset(o.state + i * S, seed, i, INIT_RUN);
-  OK(lm_program_write(p, "state", o.state, n * S));
-  OK(lm_program_run(p));
-  OK(lm_program_read(p, "reward", o.reward, n * T));
-  OK(lm_program_read(p, "terminated", o.terminated, n * T));
-  OK(lm_program_read(p, "state", o.state, n * S));
-  lm_program_free(p);
-  lm_backend_free(b);
+  check_random_play(e, backend, n, T, seed, o.state, o.reward, o.terminated);
   run_stats(&o, n, T);
   return o;
 }

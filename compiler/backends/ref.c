@@ -1,15 +1,36 @@
 /* compiler/backends/ref.c — the reference interpreter: unfused, one primitive at a time,
- * every read through the edge's index and validity expressions. It is the oracle every
- * other backend is tested against, so it favours obviousness over speed. */
+ * every read through the edge's index and validity expressions (evaluated per element, or once
+ * per run into a table where they step evenly: ref_edge). It is the oracle every other backend
+ * is tested against, so it favours obviousness over speed. */
 #include <math.h>
 #include <string.h>
 
 #include "backend.h"
 #include "lumen/rand.h"
 
+/* An edge's read over its domain's vars. Along a var where the flat index steps by a constant
+ * and the validity does not change (an env's axis, most often: any view but one that divides or
+ * wraps that axis), a read is the read at that var's 0 plus the step times the var; the other
+ * vars' combinations are evaluated once per run of the graph into a table (ref_tab), and a node
+ * is computed a row (its last axis) at a time. Evaluating both expressions per element took 78%
+ * of MinAtar Space Invaders' time here; with the tables its random play runs about 10x faster
+ * (1e4 env steps/s: test_minatar_ref_slow.c). */
 typedef struct ref_edge {
-  lm_expr flat, valid; /* over the vars of the iteration domain */
+  lm_expr flat, valid;
+  int rank;
+  uint32_t stepped;         /* bit i: var i is stepped, step[i] its step */
+  int64_t step[LM_MAX_RANK];
 } ref_edge;
+
+/* An edge's reads over a domain of these dims: the table over the vars that are not stepped
+ * (row-major over them; flat -1 where not valid), or none (n = 0) when it would be too large,
+ * where every read evaluates its expressions. */
+typedef struct ref_tab {
+  const ref_edge *e;
+  int64_t *flat, stride[LM_MAX_RANK], n;
+} ref_tab;
+
+enum { TAB_MAX = 1 << 20 };
 
 typedef struct ref_exe {
   lm_graph_t *g;
@@ -59,8 +80,13 @@ static ref_edge edge_exprs(lm_graph_t *g, lm_edge e) {
   lm_expr idx[LM_MAX_RANK];
   for (int i = 0; i < s->rank; i++) idx[i] = lm_x_var(&g->x, i);
   lm_xctx ctx = {.extent = s->dim, .nvars = s->rank};
-  ref_edge r;
+  ref_edge r = {.rank = s->rank};
   lm_edge_index(g, e, idx, &ctx, &r.flat, &r.valid);
+  for (int i = 0; i < s->rank; i++) {
+    int64_t dv;
+    if (lm_x_step(&g->x, r.flat, i, s->rank, &r.step[i]) && lm_x_step(&g->x, r.valid, i, s->rank, &dv) && !dv)
+      r.stepped |= 1u << i;
+  }
   return r;
 }
 
@@ -128,22 +154,80 @@ static int next_index(int64_t *idx, const int64_t *dims, int rank) {
   return 0;
 }
 
-static float read_edge(const lm_graph_t *g, const ref_edge *e, const float *src, const int64_t *idx,
-                       const int64_t *syms) {
-  if (!lm_x_eval(&g->x, e->valid, idx, syms)) return 0.0f;
-  return src[lm_x_eval(&g->x, e->flat, idx, syms)];
+/* The table of edge e over a domain of dims: each combination of the vars that are not stepped,
+ * the stepped ones at 0. 0 when memory ran out. */
+static int tab_make(const lm_graph_t *g, const ref_edge *e, const int64_t *dims, const int64_t *syms, ref_tab *t) {
+  int64_t idx[LM_MAX_RANK] = {0}, n = 1;
+  *t = (ref_tab){.e = e};
+  for (int i = e->rank - 1; i >= 0; i--)
+    if (!(e->stepped >> i & 1)) {
+      t->stride[i] = n;
+      if ((n *= dims[i]) > TAB_MAX) return 1; /* no table: evaluated per read */
+    }
+  if (!n) return 1;
+  if (!(t->flat = lm_malloc((size_t)n * sizeof *t->flat))) return 0;
+  for (int64_t k = 0; k < n; k++) {
+    for (int i = 0; i < e->rank; i++) idx[i] = e->stepped >> i & 1 ? 0 : k / t->stride[i] % dims[i];
+    t->flat[k] = lm_x_eval(&g->x, e->valid, idx, syms) ? lm_x_eval(&g->x, e->flat, idx, syms) : -1;
+  }
+  t->n = n;
+  return 1;
 }
 
-/* Gathers an edge (with its view) into a contiguous array of the viewed shape. */
-static void gather(const lm_graph_t *g, lm_edge e, const ref_edge *re, float *const *vals, float *dst,
-                   const int64_t *syms) {
+static float read_edge(const lm_graph_t *g, const ref_tab *t, const float *src, const int64_t *idx,
+                       const int64_t *syms) {
+  const ref_edge *e = t->e;
+  if (!t->n) {
+    if (!lm_x_eval(&g->x, e->valid, idx, syms)) return 0.0f;
+    return src[lm_x_eval(&g->x, e->flat, idx, syms)];
+  }
+  int64_t k = 0, step = 0;
+  for (int i = 0; i < e->rank; i++)
+    if (e->stepped >> i & 1) step += e->step[i] * idx[i];
+    else k += t->stride[i] * idx[i];
+  return t->flat[k] < 0 ? 0.0f : src[t->flat[k] + step];
+}
+
+/* The reads of edge t at idx along the last axis (idx's last index 0, left so): w values. */
+static void read_row(const lm_graph_t *g, const ref_tab *t, const float *src, int64_t *idx, int rank, size_t w,
+                     const int64_t *syms, float *dst) {
+  const ref_edge *e = t->e;
+  int last = rank - 1;
+  if (!t->n || !rank) {
+    for (size_t j = 0; j < w; j++) {
+      if (rank) idx[last] = (int64_t)j;
+      dst[j] = read_edge(g, t, src, idx, syms);
+    }
+    if (rank) idx[last] = 0;
+    return;
+  }
+  int64_t k = 0, step = 0, dk = 0, ds = 0;
+  for (int i = 0; i < last; i++)
+    if (e->stepped >> i & 1) step += e->step[i] * idx[i];
+    else k += t->stride[i] * idx[i];
+  if (e->stepped >> last & 1) ds = e->step[last];
+  else dk = t->stride[last];
+  for (size_t j = 0; j < w; j++) {
+    int64_t f = t->flat[k + (int64_t)j * dk];
+    dst[j] = f < 0 ? 0.0f : src[f + step + (int64_t)j * ds];
+  }
+}
+
+/* Gathers an edge (with its view) into a contiguous array of the viewed shape; 0 when memory ran
+ * out. */
+static int gather(const lm_graph_t *g, lm_edge e, const ref_edge *re, float *const *vals, float *dst,
+                  const int64_t *syms) {
   const lm_shape *s = lm_edge_shape(g, e);
   int64_t dims[LM_MAX_RANK], idx[LM_MAX_RANK] = {0};
   size_t n = numel(g, s, syms, dims);
-  if (!n) return;
+  ref_tab t;
+  if (!n) return 1;
+  if (!tab_make(g, re, dims, syms, &t)) return 0;
   size_t k = 0;
-  do dst[k++] = read_edge(g, re, vals[e.node], idx, syms);
+  do dst[k++] = read_edge(g, &t, vals[e.node], idx, syms);
   while (next_index(idx, dims, s->rank));
+  lm_free(t.flat);
+  return 1;
 }
 
 static float apply1(lm_op op, float a) {
@@ -221,28 +305,61 @@ static lm_status ref_step(void *ctx, void *p, const lm_run_args *args) {
       size_t scount = numel(g, ss, syms, sdims);
       for (size_t i = 0; i < count; i++) out[i] = op == LM_OP_SUM_REDUCE ? 0.0f : -INFINITY;
       if (!scount) break;
+      ref_tab t;
+      if (!tab_make(g, &x->edges[id][0], sdims, syms, &t)) {
+        st = LM_ERR_NOMEM;
+        goto done;
+      }
       do {
-        float v = read_edge(g, &x->edges[id][0], vals[n->src[0].node], sidx, syms);
+        float v = read_edge(g, &t, vals[n->src[0].node], sidx, syms);
         size_t o = 0;
         for (int a = 0; a < ss->rank; a++)
           if (a != n->axis) o = o * (size_t)sdims[a] + (size_t)sidx[a];
         out[o] = op == LM_OP_SUM_REDUCE ? out[o] + v : fmaxf(out[o], v);
       } while (next_index(sidx, sdims, ss->rank));
+      lm_free(t.flat);
       break;
     }
-    default:
+    default: {
       if (!count) break;
-      for (size_t i = 0; i < count; i++) {
-        float a = read_edge(g, &x->edges[id][0], vals[n->src[0].node], idx, syms);
-        out[i] = n->nsrc == 1 ? apply1(op, a)
-                              : apply2(op, a, read_edge(g, &x->edges[id][1], vals[n->src[1].node], idx, syms));
-        next_index(idx, dims, n->shape.rank);
+      ref_tab t[2] = {0};
+      if (!tab_make(g, &x->edges[id][0], dims, syms, &t[0]) ||
+          (n->nsrc > 1 && !tab_make(g, &x->edges[id][1], dims, syms, &t[1]))) {
+        lm_free(t[0].flat);
+        st = LM_ERR_NOMEM;
+        goto done;
       }
+      int r = n->shape.rank;
+      size_t w = r ? (size_t)dims[r - 1] : 1; /* row by row along the last axis */
+      float *row = lm_malloc(2 * w * sizeof *row);
+      if (!row) {
+        lm_free(t[0].flat), lm_free(t[1].flat);
+        st = LM_ERR_NOMEM;
+        goto done;
+      }
+      for (size_t i = 0; i < count; i += w) {
+        read_row(g, &t[0], vals[n->src[0].node], idx, r, w, syms, row);
+        if (n->nsrc == 1)
+          for (size_t j = 0; j < w; j++) out[i + j] = apply1(op, row[j]);
+        else {
+          read_row(g, &t[1], vals[n->src[1].node], idx, r, w, syms, row + w);
+          for (size_t j = 0; j < w; j++) out[i + j] = apply2(op, row[j], row[w + j]);
+        }
+        if (r) idx[r - 1] = dims[r - 1] - 1;
+        next_index(idx, dims, r); /* the next row's first element */
+      }
+      lm_free(row);
+      lm_free(t[0].flat);
+      lm_free(t[1].flat);
+    }
     }
     if (g->finite && (st = check_finite(g, id, out, op == LM_OP_CONST ? 1 : count)) != LM_OK) goto done;
   }
   for (size_t i = 0; i < g->noutputs; i++)
-    gather(g, g->outputs[i].src, &x->out_edges[i], vals, args->outputs[i], syms);
+    if (!gather(g, g->outputs[i].src, &x->out_edges[i], vals, args->outputs[i], syms)) {
+      st = LM_ERR_NOMEM;
+      goto done;
+    }
   for (size_t i = 0; i < g->nassigns; i++) {
     int64_t dims[LM_MAX_RANK];
     size_t count = numel(g, &g->nodes[g->assigns[i].target].shape, syms, dims);
@@ -250,7 +367,10 @@ static lm_status ref_step(void *ctx, void *p, const lm_run_args *args) {
       st = LM_ERR_NOMEM;
       goto done;
     }
-    gather(g, g->assigns[i].src, &x->assign_edges[i], vals, pending[i], syms);
+    if (!gather(g, g->assigns[i].src, &x->assign_edges[i], vals, pending[i], syms)) {
+      st = LM_ERR_NOMEM;
+      goto done;
+    }
   }
   for (size_t i = 0; i < g->nassigns; i++) {
     const lm_node *t = &g->nodes[g->assigns[i].target];

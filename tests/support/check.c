@@ -198,3 +198,33 @@ void check_run_ref(const lm_graph_t *g, const check_sym *syms, size_t nsyms, con
   check_prog_run(&p, syms, nsyms, in, nin, out, nout);
   check_prog_free(&p);
 }
+
+#define CHECK_OK(expr) cr_assert_eq((expr), LM_OK, "%s: %s", #expr, lm_last_error())
+
+void check_random_play(const lm_env_spec *e, const char *backend, size_t n, size_t T, uint64_t seed, float *state,
+                       float *reward, float *terminated) {
+  size_t S = (size_t)e->state_size;
+  lm_graph_t *g = lm_graph_new();
+  cr_assert(g, "%s", lm_last_error());
+  lm_graph_promise_finite(g);
+  lm_dim N = lm_sym(g, "N");
+  lm_vec_step vs;
+  CHECK_OK(lm_env_vec_step(e, g, "", N, lm_env_random_action(e, g, N), &vs));
+  CHECK_OK(lm_output(vs.reward, "reward"));
+  CHECK_OK(lm_output(vs.terminated, "terminated"));
+  lm_backend_t *b = lm_backend_new(backend);
+  cr_assert(b, "%s", lm_last_error());
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, NULL, 0);
+  cr_assert(p, "scan on %s: %s", backend, lm_last_error());
+  lm_graph_free(g);
+  CHECK_OK(lm_program_bind(p, "N", (int64_t)n));
+  CHECK_OK(lm_program_bind(p, "T", (int64_t)T));
+  lm_program_set_seed(p, seed);
+  CHECK_OK(lm_program_write(p, "state", state, n * S));
+  CHECK_OK(lm_program_run(p));
+  CHECK_OK(lm_program_read(p, "reward", reward, n * T));
+  CHECK_OK(lm_program_read(p, "terminated", terminated, n * T));
+  CHECK_OK(lm_program_read(p, "state", state, n * S));
+  lm_program_free(p);
+  lm_backend_free(b);
+}

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lumen/env.h"
 #include "lumen/graph.h"
 #include "lumen/runtime.h"
 
@@ -52,6 +53,13 @@ void check_golden_free(check_golden *gd);
 void check_close(const char *what, const float *got, const double *want, size_t n, double rtol, double atol);
 /* Every got[i] is finite. */
 void check_finite(const char *what, const float *got, size_t n);
+
+/* Random actions and lm_env_vec_step (auto-reset, time limit) scanned T steps for n envs on
+ * `backend`, seeded `seed`, promising finite values as an env's own programs do (ref checks it):
+ * from the states in state [n, S], overwritten with the final ones; each step's rewards and
+ * terminations [T, n] into reward and terminated. */
+void check_random_play(const lm_env_spec *e, const char *backend, size_t n, size_t T, uint64_t seed, float *state,
+                       float *reward, float *terminated);
 
 /* Lines of the cpu kernels dumped into dir (LUMEN_DUMP) that match the basic regular
  * expression re (their loop IR included), counted with grep; removes dir. */
