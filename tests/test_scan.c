@@ -1310,3 +1310,53 @@ Test(columns, loops_whose_order_matters_are_left_alone) {
     expect_bits(names[kind], after, before, 64);
   }
 }
+
+/* compiler/render.c's tiles: an env's row of 40 floats read into the lanes and written back,
+ * and a per-step output row of 40, are strided accesses of a column loop around its lane loop
+ * (element c + 40 * lane); the cpu kernel copies them in tiles of 16 columns by 16 x 16 register
+ * transposes (two whole tiles and a partial one of 8 columns, in the whole lane block; the
+ * guarded tail block of 6 envs keeps its loops). h' = 0.5 h + c / 8, y = 3 h' - 1, T steps: the
+ * reference's bits with the tiles and without (LUMEN_NO_TILES). */
+enum { ROW_COLS = 40 };
+
+static void row_scan(const char *backend, const char *no_tiles, float **y, float **h, int *tiles) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor hv = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, ROW_COLS});
+  lm_tensor cols = lm_mul_scalar(lm_reshape(lm_arange(g, ROW_COLS), 2, (lm_dim[]){1, ROW_COLS}), 0.125f);
+  lm_tensor h2 = lm_add(lm_mul_scalar(hv, 0.5f), cols);
+  OK(lm_output(lm_add_scalar(lm_mul_scalar(h2, 3.0f), -1.0f), "y"));
+  OK(lm_assign(hv, h2));
+  if (no_tiles) setenv("LUMEN_NO_TILES", no_tiles, 1);
+  char dir[] = "/tmp/lumen-tiles-XXXXXX";
+  lm_backend_t *b = NULL;
+  lm_program_t *p = open_scan(g, backend, tiles ? dir : NULL, 1, &b);
+  unsetenv("LUMEN_NO_TILES");
+  OK(lm_program_bind(p, "N", LZ_N));
+  OK(lm_program_bind(p, "T", LZ_T));
+  float h0[LZ_N * ROW_COLS];
+  for (int i = 0; i < LZ_N * ROW_COLS; i++) h0[i] = (float)((i * 29) % 31) * 0.0625f - 1.0f;
+  put(p, "h", h0, (size_t)LZ_N * ROW_COLS);
+  OK(lm_program_run(p));
+  *y = get(p, "y", (size_t)LZ_T * LZ_N * ROW_COLS);
+  *h = get(p, "h", (size_t)LZ_N * ROW_COLS);
+  if (tiles) *tiles = check_dump_lines(dir, "lm_tr16(&");
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
+Test(columns, rows_of_an_envs_state_and_outputs_move_in_transposed_tiles_with_the_references_bits) {
+  float *y, *h, *ty, *th, *ry, *rh;
+  int with = 0, without = 0;
+  row_scan("cpu", NULL, &y, &h, &with);
+  row_scan("cpu", "1", &ty, &th, &without);
+  row_scan("ref", NULL, &ry, &rh, NULL);
+  cr_assert_geq(with, 3, "%d transposed copies in the cpu kernel (state in, state out, y out)", with);
+  cr_assert_eq(without, 0, "%d transposed copies under LUMEN_NO_TILES", without);
+  expect_bits("y with tiles vs ref", y, ry, (size_t)LZ_T * LZ_N * ROW_COLS);
+  expect_bits("h with tiles vs ref", h, rh, (size_t)LZ_N * ROW_COLS);
+  expect_bits("y without tiles vs ref", ty, ry, (size_t)LZ_T * LZ_N * ROW_COLS);
+  expect_bits("h without tiles vs ref", th, rh, (size_t)LZ_N * ROW_COLS);
+  free(y), free(h), free(ty), free(th), free(ry), free(rh);
+}
