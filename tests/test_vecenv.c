@@ -313,10 +313,11 @@ Test(actor, missing_checkpoint_is_named) {
 
 /* MinAtar's vec-env step on cpu runs its whole lane blocks without tail guards (Space Invaders'
  * kernel has over 64 loops and a guard per lane loop) and moves each env's state row and its
- * observation row through transposed tiles of 16 columns (compiler/render.c): 130 envs (two
- * whole blocks of 64 and a tail of 2), 40 steps of record's random actions in both auto-reset
- * modes, every output with the reference interpreter's bits. */
-static void minatar_step_like_ref(const char *env, lm_vec_autoreset mode) {
+ * observation row through transposed tiles of 16 columns (compiler/render.c), Breakout's
+ * observation columns 4 at a time (its channel tests are i % 4): 130 envs (two whole blocks of
+ * 64 and a tail of 2), 40 steps of record's random actions in both auto-reset modes, every
+ * output with the reference interpreter's bits. */
+static void minatar_step_like_ref(const char *env, lm_vec_autoreset mode, int by4) {
   enum { NE = 130, STEPS = 40 };
   char dir[] = "/tmp/lumen-vecenv-XXXXXX";
   cr_assert(mkdtemp(dir));
@@ -351,17 +352,24 @@ static void minatar_step_like_ref(const char *env, lm_vec_autoreset mode) {
   int full = -1;
   cr_assert(f && fscanf(f, "%d", &full) == 1);
   pclose(f);
+  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c '4 columns a time'", dir);
+  f = popen(cmd, "r");
+  int fours = -1;
+  cr_assert(f && fscanf(f, "%d", &fours) == 1);
+  pclose(f);
   int tiles = check_dump_lines(dir, "lm_tr16(&");
+  if (by4) cr_assert_gt(fours, 0, "%s: no tile's columns printed 4 at a time", env);
+  else cr_assert_eq(fours, 0, "%s: %d tiles printed 4 columns at a time (its column tests are i %% 6)", env, fours);
   cr_assert_gt(full, 0, "%s: no kernel runs whole blocks without the tail guards", env);
   cr_assert_geq(tiles, 3, "%s: %d transposed copies (state in, state out, obs out)", env, tiles);
 }
 
 Test(vecenv, minatar_breakout_steps_with_the_references_bits_through_tiles) {
-  minatar_step_like_ref("minatar-breakout", LM_VEC_NEXT_STEP);
-  minatar_step_like_ref("minatar-breakout", LM_VEC_SAME_STEP);
+  minatar_step_like_ref("minatar-breakout", LM_VEC_NEXT_STEP, 1);
+  minatar_step_like_ref("minatar-breakout", LM_VEC_SAME_STEP, 1);
 }
 
 Test(vecenv, minatar_space_invaders_steps_with_the_references_bits_through_tiles) {
-  minatar_step_like_ref("minatar-space-invaders", LM_VEC_NEXT_STEP);
-  minatar_step_like_ref("minatar-space-invaders", LM_VEC_SAME_STEP);
+  minatar_step_like_ref("minatar-space-invaders", LM_VEC_NEXT_STEP, 0);
+  minatar_step_like_ref("minatar-space-invaders", LM_VEC_SAME_STEP, 0);
 }
