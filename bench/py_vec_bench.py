@@ -15,6 +15,9 @@ Rows (env steps per second, num_envs x steps / seconds of the loop, after a warm
   env-only rate (vmap over N envs, jit, lax.scan of 256 steps with random actions: no Python per
   step), run by --peer-python (a venv with jax and gymnax; never a test dependency) when given
   or found at .venv-peers/bin/python;
+- the store-only bound: build/store_bound (bench/store_bound.c, beside the library) storing
+  N x 400 floats a step (memset) and nothing else, on 1 and on 2 threads, the faster counting:
+  the most env steps/s any vec env that returns MinAtar's float observations could reach here;
 - the Python overhead per step call: the full LumenVectorEnv.step against the bare ctypes call of
   lm_vecenv_step with the same prepared actions and buffers (the C work), at N and at 1 env;
   and the copy of the outputs (lm_program_read into numpy) as the step with and without output
@@ -195,6 +198,19 @@ def gymnax_breakout_rate(python: str, n: int, steps: int, reps: int) -> Optional
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def store_bound(n: int, floats: int, threads: int) -> Optional[Dict[str, Any]]:
+    """build/store_bound's JSON line, or None (with a note) where it is not beside the library."""
+    exe = os.path.join(os.path.dirname(lumen.library_path()), "store_bound")
+    if not os.access(exe, os.X_OK):
+        print(f"store bound: no {exe} (cmake --build build builds it)", file=sys.stderr)
+        return None
+    p = subprocess.run([exe, str(n), str(floats), str(threads)], capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"store bound: {exe} failed: {p.stderr.strip()}", file=sys.stderr)
+        return None
+    return json.loads(p.stdout)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-envs", type=int, default=4096)
@@ -223,6 +239,8 @@ def main() -> int:
     gx = gymnax_breakout_rate(peer, n, a.gymnax_steps, reps) if peer else None
     res["gymnax_breakout_sps"] = gx["sps"] if gx else None
     res["gymnax"] = gx
+    bounds = [b for b in (store_bound(n, 400, t) for t in (1, 2)) if b]
+    res["store_bound"] = max(bounds, key=lambda b: b["sps"]) if bounds else None
     res["overhead_cartpole_N"] = overhead("cartpole", n, steps, reps)
     res["overhead_cartpole_N_next"] = overhead("cartpole", n, steps, reps, "next_step")
     res["overhead_cartpole_1"] = overhead("cartpole", 1, steps * 20, reps)
@@ -244,6 +262,9 @@ def main() -> int:
     row("gymnax Breakout-MinAtar, jit(lax.scan(vmap))", res["gymnax_breakout_sps"])
     row("lumen.make_vec('minatar-breakout'), same step", res["lumen_breakout_sps"], res["gymnax_breakout_sps"])
     row("lumen.make_vec('minatar-breakout'), next step", res["lumen_breakout_next_sps"], res["gymnax_breakout_sps"])
+    sb = res["store_bound"]
+    row(f"store-only bound, 400 floats an env ({sb['threads'] if sb else '-'} thr, C memset)", sb["sps"] if sb else None,
+        res["gymnax_breakout_sps"])
     if gx is None:
         print("  (gymnax: no --peer-python with jax and gymnax; see ../shared/peers/README.md)")
     for key, label in (("overhead_cartpole_N", f"{n} envs, same step"), ("overhead_cartpole_N_next", f"{n} envs, next step"),
