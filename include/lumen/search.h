@@ -20,7 +20,8 @@ typedef struct lm_search_options {
   lm_search_clock_fn clock; /* NULL: the monotonic wall clock. Only the budget is read on it; candidates
                            are always timed on the wall clock. A clock that never moves bounds the
                            search by the counts below alone (tests use one: their work does not
-                           depend on how busy the machine is) */
+                           depend on how busy the machine is); under one no kernel of min_work is
+                           too fast to search */
   void *clock_ctx;
   int max_candidates;   /* candidates timed per kernel (besides the default), default 24 */
   int generations;      /* generations of the genetic search after the first, default 12
