@@ -1595,9 +1595,11 @@ static int narrow_point(const rk *r, int32_t l) {
  * loop may touch a written buffer, and no read tile's buffer may be written (distinct buffers do
  * not alias: restrict parameters). A 4096-env vec-env step on one thread of a 2-core Zen 5
  * EPYC, medians of 3 interleaved: Breakout 967 -> 335 us, Space Invaders 2965 -> 1497 us (two
- * threads: 491 -> 172 and 1060 -> 514). Only where the access is unguarded (a whole lane block,
- * find_tails); LUMEN_NO_TILES=1 turns it off. Not a rule: it is the choice of C the loop is
- * printed as; the loop IR has no register transposes and no tile scoped to a strip of a loop. */
+ * threads: 491 -> 172 and 1060 -> 514); built for AVX2 (-march=znver3) Breakout's went 640 ->
+ * 512 us (one run each), the 16-float rows then two registers. Only where the access is
+ * unguarded (a whole lane block, find_tails); LUMEN_NO_TILES=1 turns it off. Not a rule: it is
+ * the choice of C the loop is printed as; the loop IR has no register transposes and no tile
+ * scoped to a strip of a loop. */
 enum { TILE_W = 16, TILE_MAX = 4 };
 
 typedef struct tile_form {
@@ -1763,7 +1765,8 @@ static void j_divisors(const lm_exprs *x, lm_expr e, int32_t J, int *any, int *f
  * interleaved with LUMEN_NO_TILE_UNROLL=1: same-step (its lanes write obs and final_obs) 4696 ->
  * 421 us on one thread, 2346 -> 228 on two; next-step 311 -> 262 and 162 -> 137. Space
  * Invaders' tests are i % 6, which 4 columns do not fold: 1 there, as where nothing divides J
- * or 4 does not divide its extent. */
+ * or 4 does not divide its extent. Built for AVX2 (-march=znver3), same-step 3647-3733 -> 1076-
+ * 1126 us (two runs each). */
 static int tile_unroll(rk *r, int32_t J, const tile_form *t) {
   if (t->C % 4 || getenv("LUMEN_NO_TILE_UNROLL")) return 1;
   const lm_kernel *k = r->k;
