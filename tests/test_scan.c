@@ -1319,7 +1319,7 @@ Test(columns, loops_whose_order_matters_are_left_alone) {
  * reference's bits with the tiles and without (LUMEN_NO_TILES). */
 enum { ROW_COLS = 40 };
 
-static void row_scan(const char *backend, const char *no_tiles, float **y, float **h, int *tiles) {
+static void row_scan(const char *backend, const char *off, float **y, float **h, int *tiles, int *direct) {
   lm_graph_t *g = lm_graph_new();
   lm_dim N = lm_sym(g, "N");
   lm_tensor hv = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, ROW_COLS});
@@ -1327,11 +1327,11 @@ static void row_scan(const char *backend, const char *no_tiles, float **y, float
   lm_tensor h2 = lm_add(lm_mul_scalar(hv, 0.5f), cols);
   OK(lm_output(lm_add_scalar(lm_mul_scalar(h2, 3.0f), -1.0f), "y"));
   OK(lm_assign(hv, h2));
-  if (no_tiles) setenv("LUMEN_NO_TILES", no_tiles, 1);
+  if (off) setenv(off, "1", 1);
   char dir[] = "/tmp/lumen-tiles-XXXXXX";
   lm_backend_t *b = NULL;
   lm_program_t *p = open_scan(g, backend, tiles ? dir : NULL, 1, &b);
-  unsetenv("LUMEN_NO_TILES");
+  if (off) unsetenv(off);
   OK(lm_program_bind(p, "N", LZ_N));
   OK(lm_program_bind(p, "T", LZ_T));
   float h0[LZ_N * ROW_COLS];
@@ -1340,23 +1340,33 @@ static void row_scan(const char *backend, const char *no_tiles, float **y, float
   OK(lm_program_run(p));
   *y = get(p, "y", (size_t)LZ_T * LZ_N * ROW_COLS);
   *h = get(p, "h", (size_t)LZ_N * ROW_COLS);
-  if (tiles) *tiles = check_dump_lines(dir, "lm_tr16(&");
+  if (tiles) {
+    *direct = check_dump_count(dir, "columns, transposed \\*/", 1);
+    *tiles = check_dump_lines(dir, "lm_tr16(&");
+  }
   lm_program_free(p);
   lm_backend_free(b);
   lm_graph_free(g);
 }
 
+/* The state's copies into the lanes and back are copies alone: transposed straight between the
+ * row and the state's local array (no tile), LUMEN_NO_TILE_DIRECT=1 through a tile. */
 Test(columns, rows_of_an_envs_state_and_outputs_move_in_transposed_tiles_with_the_references_bits) {
-  float *y, *h, *ty, *th, *ry, *rh;
-  int with = 0, without = 0;
-  row_scan("cpu", NULL, &y, &h, &with);
-  row_scan("cpu", "1", &ty, &th, &without);
-  row_scan("ref", NULL, &ry, &rh, NULL);
+  float *y, *h, *ty, *th, *dy, *dh, *ry, *rh;
+  int with = 0, without = 0, tiled = 0, direct = 0, direct_off = 0, unused = 0;
+  row_scan("cpu", NULL, &y, &h, &with, &direct);
+  row_scan("cpu", "LUMEN_NO_TILES", &ty, &th, &without, &unused);
+  row_scan("cpu", "LUMEN_NO_TILE_DIRECT", &dy, &dh, &tiled, &direct_off);
+  row_scan("ref", NULL, &ry, &rh, NULL, NULL);
   cr_assert_geq(with, 3, "%d transposed copies in the cpu kernel (state in, state out, y out)", with);
+  cr_assert_eq(direct, 2, "%d copies transposed straight (state in, state out)", direct);
   cr_assert_eq(without, 0, "%d transposed copies under LUMEN_NO_TILES", without);
+  cr_assert(tiled >= 3 && direct_off == 0, "LUMEN_NO_TILE_DIRECT: %d transposed copies, %d straight", tiled, direct_off);
   expect_bits("y with tiles vs ref", y, ry, (size_t)LZ_T * LZ_N * ROW_COLS);
   expect_bits("h with tiles vs ref", h, rh, (size_t)LZ_N * ROW_COLS);
   expect_bits("y without tiles vs ref", ty, ry, (size_t)LZ_T * LZ_N * ROW_COLS);
   expect_bits("h without tiles vs ref", th, rh, (size_t)LZ_N * ROW_COLS);
-  free(y), free(h), free(ty), free(th), free(ry), free(rh);
+  expect_bits("y through tiles alone vs ref", dy, ry, (size_t)LZ_T * LZ_N * ROW_COLS);
+  expect_bits("h through tiles alone vs ref", dh, rh, (size_t)LZ_N * ROW_COLS);
+  free(y), free(h), free(ty), free(th), free(dy), free(dh), free(ry), free(rh);
 }
