@@ -1719,11 +1719,8 @@ static void print_tile_at(rk *r, lm_sb *sb, int t) {
                r->tile_l);
 }
 
-/* Copies tile a between its buffer and the local tile: in (a read) or out (a store), for the
- * tile whose first column is i<J>t. */
-static void emit_tile_copy(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int a, int ind) {
-  const lm_stmt *s = &r->k->stmts[t->acc[a]];
-  int in = s->op == LM_S_LOAD;
+/* `if (the tile is whole) { J = its first column; for (each 16 lanes) ` */
+static void open_whole_tile(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind) {
   const char *i64 = r->d->i64;
   indent(sb, ind);
   lm_sb_printf(sb, "if (i%dt + %d <= %lld) {\n", J, TILE_W, (long long)t->C);
@@ -1731,6 +1728,15 @@ static void emit_tile_copy(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int 
   lm_sb_printf(sb, "const %s i%d = i%dt;\n", i64, J, J);
   indent(sb, ind + 1);
   lm_sb_printf(sb, "for (%s i%d = 0; i%d < %lld; i%d += %d) ", i64, t->L, t->L, (long long)t->W, t->L, TILE_W);
+}
+
+/* Copies tile a between its buffer and the local tile: in (a read) or out (a store), for the
+ * tile whose first column is i<J>t. */
+static void emit_tile_copy(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int a, int ind) {
+  const lm_stmt *s = &r->k->stmts[t->acc[a]];
+  int in = s->op == LM_S_LOAD;
+  const char *i64 = r->d->i64;
+  open_whole_tile(r, sb, J, t, ind);
   (in ? r->bufrd : r->bufwr)[s->buf] = 1;
   if (in) lm_sb_printf(sb, "lm_tr16(&lm_t%d_%d[i%d], %lld, &b%u[", J, a, t->L, (long long)t->W, s->buf);
   else lm_sb_printf(sb, "lm_tr16(&b%u[", s->buf);
@@ -1825,12 +1831,8 @@ static void emit_direct(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind
   indent(sb, ind);
   lm_sb_printf(sb, "for (%s i%dt = 0; i%dt < %lld; i%dt += %d) { /* loop %d in tiles of %d columns, transposed */\n", i64, J,
                J, (long long)t->C, J, TILE_W, J, TILE_W);
-  indent(sb, ind + 1);
-  lm_sb_printf(sb, "if (i%dt + %d <= %lld) {\n", J, TILE_W, (long long)t->C);
-  indent(sb, ind + 2);
-  lm_sb_printf(sb, "const %s i%d = i%dt;\n", i64, J, J);
-  indent(sb, ind + 2);
-  lm_sb_printf(sb, "for (%s i%d = 0; i%d < %lld; i%d += %d) lm_tr16(", i64, t->L, t->L, (long long)t->W, t->L, TILE_W);
+  open_whole_tile(r, sb, J, t, ind + 1);
+  lm_sb_puts(sb, "lm_tr16(");
   (in ? r->bufrd : r->bufwr)[g->buf] = 1;
   for (int side = 0; side < 2; side++) { /* the destination first */
     const lm_stmt *s = (side == 0) == in ? l : g;
