@@ -1634,8 +1634,8 @@ static int strided_row(rk *r, const lm_stmt *s, int32_t J, int32_t L, int64_t *K
  * J's body is the lane loop, whose live statements are the one row access and a local access,
  * each the other's value, the local one stepping by 1 along the lanes. Then a whole tile is
  * transposed straight between the two, without the tile (LUMEN_NO_TILE_DIRECT=1: through it).
- * A 4096-env vec-env step, medians of 3 interleaved: Breakout 263 -> 234 us on one thread,
- * 142 -> 121 on two; Space Invaders 903 -> 779 and 452 -> 387. */
+ * A 4096-env vec-env step, medians of 3 interleaved: Breakout 267 -> 217 us on one thread,
+ * 136 -> 110 on two; Space Invaders 942 -> 800 and 453 -> 381. */
 static void direct_copy(rk *r, int32_t J, tile_form *t) {
   const lm_kernel *k = r->k;
   t->local = UINT32_MAX;
@@ -1822,8 +1822,9 @@ static int tile_unroll(rk *r, int32_t J, const tile_form *t) {
   return any && fold ? 4 : 1;
 }
 
-/* A copy between a row and a local array (direct_copy): whole tiles by transposes, the partial
- * one as the loop was. */
+/* A copy between a row and a local array (direct_copy), every tile by transposes: a copy writes
+ * what it wrote before when it runs twice, so the last tile is the row's last 16 columns
+ * (Breakout's 108: the last 12 element by element had taken 10% of its vec-env step). */
 static void emit_direct(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind) {
   const lm_stmt *g = &r->k->stmts[t->acc[0]], *l = &r->k->stmts[t->local];
   const char *i64 = r->d->i64;
@@ -1831,8 +1832,11 @@ static void emit_direct(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind
   indent(sb, ind);
   lm_sb_printf(sb, "for (%s i%dt = 0; i%dt < %lld; i%dt += %d) { /* loop %d in tiles of %d columns, transposed */\n", i64, J,
                J, (long long)t->C, J, TILE_W, J, TILE_W);
-  open_whole_tile(r, sb, J, t, ind + 1);
-  lm_sb_puts(sb, "lm_tr16(");
+  indent(sb, ind + 1); /* the last tile ends where the row does: the columns it shares with the one before are copied twice */
+  lm_sb_printf(sb, "const %s i%d = i%dt + %d <= %lld ? i%dt : %lld;\n", i64, J, J, TILE_W, (long long)t->C, J,
+               (long long)(t->C - TILE_W));
+  indent(sb, ind + 1);
+  lm_sb_printf(sb, "for (%s i%d = 0; i%d < %lld; i%d += %d) lm_tr16(", i64, t->L, t->L, (long long)t->W, t->L, TILE_W);
   (in ? r->bufrd : r->bufwr)[g->buf] = 1;
   for (int side = 0; side < 2; side++) { /* the destination first */
     const lm_stmt *s = (side == 0) == in ? l : g;
@@ -1840,18 +1844,6 @@ static void emit_direct(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind
     print_x(r, sb, s->idx, 0, 0);
     lm_sb_printf(sb, "], %lld%s", (long long)(s->local ? t->S : t->K[0]), side ? ");\n" : ", ");
   }
-  indent(sb, ind + 1);
-  lm_sb_puts(sb, "} else {\n");
-  indent(sb, ind + 2);
-  lm_sb_printf(sb, "for (%s i%d = i%dt; i%d < %lld; i%d++) {\n", i64, J, J, J, (long long)t->C, J);
-  uint8_t *tiled = r->tiled;
-  r->tiled = NULL; /* the loop's own statements */
-  emit_block(r, sb, J, ind + 3);
-  r->tiled = tiled;
-  indent(sb, ind + 2);
-  lm_sb_puts(sb, "}\n");
-  indent(sb, ind + 1);
-  lm_sb_puts(sb, "}\n");
   indent(sb, ind);
   lm_sb_puts(sb, "}\n");
 }
