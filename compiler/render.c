@@ -1602,6 +1602,14 @@ static int narrow_point(const rk *r, int32_t l) {
  * scoped to a strip of a loop. */
 enum { TILE_W = 16, TILE_MAX = 4 };
 
+/* e names loop variable v (v < 0: any loop variable); unlike lm_x_vars_used, at any number */
+static int x_names_var(const lm_exprs *x, lm_expr e, int64_t v) {
+  if (!e) return 0;
+  const lm_xnode *nd = &x->nodes[e];
+  if (nd->op == LM_X_VAR) return v < 0 || nd->v == v;
+  return nd->op != LM_X_CONST && nd->op != LM_X_SYM && (x_names_var(x, nd->a, v) || x_names_var(x, nd->b, v));
+}
+
 typedef struct tile_form {
   int32_t L;                /* the lane loop */
   int64_t C, W;             /* J's extent, lanes */
@@ -1653,8 +1661,8 @@ static void direct_copy(rk *r, int32_t J, tile_form *t) {
   if (other == UINT32_MAX) return;
   const lm_stmt *a = &k->stmts[row], *b = &k->stmts[other];
   int in = a->op == LM_S_LOAD;
-  if (!b->local || b->op != (in ? LM_S_STORE : LM_S_LOAD) || (in ? b->a != row : a->a != other) || !holds(r, b->valid) ||
-      r->uses[in ? row : other] != 1 || r->spec[other])
+  if (!b->local || b->op != (in ? LM_S_STORE : LM_S_LOAD) || (in ? b->a != row : a->a != other) ||
+      !holds(r, b->valid) || r->uses[in ? row : other] != 1 || r->spec[other])
     return;
   int64_t dl = 0, dj = 0;
   int nv = (int)k->nloops;
@@ -1767,14 +1775,6 @@ static void emit_tile_copy(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int 
 
 static void emit_block(rk *r, lm_sb *sb, int32_t loop, int ind);
 
-/* x_uses_var: e names loop variable v */
-static int x_uses_var(const lm_exprs *x, lm_expr e, int64_t v) {
-  if (!e) return 0;
-  const lm_xnode *nd = &x->nodes[e];
-  if (nd->op == LM_X_VAR) return nd->v == v;
-  return nd->op != LM_X_CONST && nd->op != LM_X_SYM && (x_uses_var(x, nd->a, v) || x_uses_var(x, nd->b, v));
-}
-
 /* The divisions and modulos of e applied to an operand that names J without dividing it
  * first: *any set when there is one, *fold cleared when one's divisor is no constant multiple
  * of 4 (i / 4 % 10 counts its / 4 only: the % 10 then applies to a value a group of 4 shares). */
@@ -1782,7 +1782,7 @@ static void j_divisors(const lm_exprs *x, lm_expr e, int32_t J, int *any, int *f
   if (!e) return;
   const lm_xnode *nd = &x->nodes[e];
   if (nd->op == LM_X_CONST || nd->op == LM_X_VAR || nd->op == LM_X_SYM) return;
-  if ((nd->op == LM_X_DIV || nd->op == LM_X_MOD) && x_uses_var(x, nd->a, J)) {
+  if ((nd->op == LM_X_DIV || nd->op == LM_X_MOD) && x_names_var(x, nd->a, J)) {
     int inner = 0, ignored = 1;
     j_divisors(x, nd->a, J, &inner, &ignored);
     if (inner) { /* the operand divides J already */
@@ -1801,9 +1801,9 @@ static void j_divisors(const lm_exprs *x, lm_expr e, int32_t J, int *any, int *f
 
 /* Columns printed 4 at a time where J's statements divide or take a modulo of J by multiples
  * of 4 (a stacked row's fields, i % 4 < 1, 1 < i % 4 && i % 4 < 3, ...): in each copy j = q + c
- * with q a multiple of 4, so the C compiler folds those tests. Left as one loop, clang 14 turned such a
- * chain of tests into a switch and kept the lane loop scalar ("loop contains a switch
- * statement"). MinAtar Breakout's vec-env step, 4096 envs on a 2-core Zen 5, medians of 3
+ * with q a multiple of 4, so the C compiler folds those tests. Left as one loop, clang 14
+ * turned such a chain of tests into a switch and kept the lane loop scalar ("loop contains a
+ * switch statement"). MinAtar Breakout's vec-env step, 4096 envs on a 2-core Zen 5, medians of 3
  * interleaved with LUMEN_NO_TILE_UNROLL=1: same-step (its lanes write obs and final_obs) 4696 ->
  * 421 us on one thread, 2346 -> 228 on two; next-step 311 -> 262 and 162 -> 137. Space
  * Invaders' tests are i % 6, which 4 columns do not fold: 1 there, as where nothing divides J
@@ -1830,9 +1830,10 @@ static void emit_direct(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind
   const char *i64 = r->d->i64;
   int in = g->op == LM_S_LOAD;
   indent(sb, ind);
-  lm_sb_printf(sb, "for (%s i%dt = 0; i%dt < %lld; i%dt += %d) { /* loop %d in tiles of %d columns, transposed */\n", i64, J,
-               J, (long long)t->C, J, TILE_W, J, TILE_W);
-  indent(sb, ind + 1); /* the last tile ends where the row does: the columns it shares with the one before are copied twice */
+  lm_sb_printf(sb, "for (%s i%dt = 0; i%dt < %lld; i%dt += %d) { /* loop %d in tiles of %d columns, transposed */\n",
+               i64, J, J, (long long)t->C, J, TILE_W, J, TILE_W);
+  /* the last tile ends where the row does: the columns it shares with the one before, twice */
+  indent(sb, ind + 1);
   lm_sb_printf(sb, "const %s i%d = i%dt + %d <= %lld ? i%dt : %lld;\n", i64, J, J, TILE_W, (long long)t->C, J,
                (long long)(t->C - TILE_W));
   indent(sb, ind + 1);
@@ -2009,13 +2010,6 @@ static void emit_unflatten(rk *r, lm_sb *sb) {
 }
 
 /* i0*F + c with 0 < c < F, the guard of a jammed kernel's copy c (compiler/jam.c): F, else 0. */
-static int x_has_var(const lm_exprs *x, lm_expr e) {
-  if (!e) return 0;
-  const lm_xnode *nd = &x->nodes[e];
-  if (nd->op == LM_X_VAR) return 1;
-  return nd->op != LM_X_CONST && nd->op != LM_X_SYM && (x_has_var(x, nd->a) || x_has_var(x, nd->b));
-}
-
 static int64_t jam_point(const lm_exprs *x, lm_expr e) {
   const lm_xnode *a = &x->nodes[e];
   if (a->op != LM_X_ADD) return 0;
@@ -2062,12 +2056,14 @@ static void find_tails(rk *r) {
         stack[sp++] = nd.b;
         continue;
       }
-      if (nd.op != LM_X_LT || x_has_var(x, nd.b)) continue;
+      if (nd.op != LM_X_LT || x_names_var(x, nd.b, -1)) continue;
       int64_t blk = jam_point(x, nd.a);
       if (!blk) { /* the block and one lane loop: i0*L + i<l> */
         const lm_xnode sum = x->nodes[nd.a];
         if (sum.op != LM_X_ADD) continue;
-        int64_t l = x->nodes[sum.b].op == LM_X_VAR ? x->nodes[sum.b].v : x->nodes[sum.a].op == LM_X_VAR ? x->nodes[sum.a].v : 0;
+        int64_t l = x->nodes[sum.b].op == LM_X_VAR   ? x->nodes[sum.b].v
+                    : x->nodes[sum.a].op == LM_X_VAR ? x->nodes[sum.a].v
+                                                     : 0;
         if (l <= 0 || (size_t)l >= k->nloops) continue;
         const lm_xnode ext = x->nodes[k->loops[l].extent]; /* a copy: building expressions may grow the arena */
         if (k->loops[l].kind != LM_L_LANES || ext.op != LM_X_CONST ||

@@ -346,17 +346,7 @@ static void minatar_step_like_ref(const char *env, lm_vec_autoreset mode, int by
   free(act);
   lm_vecenv_free(c);
   lm_vecenv_free(r);
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c 'lm_full_end'", dir);
-  FILE *f = popen(cmd, "r");
-  int full = -1;
-  cr_assert(f && fscanf(f, "%d", &full) == 1);
-  pclose(f);
-  snprintf(cmd, sizeof cmd, "cat %s/cpu-*.c | grep -c '4 columns a time'", dir);
-  f = popen(cmd, "r");
-  int fours = -1;
-  cr_assert(f && fscanf(f, "%d", &fours) == 1);
-  pclose(f);
+  int full = check_dump_count(dir, "lm_full_end", 1), fours = check_dump_count(dir, "4 columns a time", 1);
   int tiles = check_dump_lines(dir, "lm_tr16(&");
   if (by4) cr_assert_gt(fours, 0, "%s: no tile's columns printed 4 at a time", env);
   else cr_assert_eq(fours, 0, "%s: %d tiles printed 4 columns at a time (its column tests are i %% 6)", env, fours);
