@@ -217,6 +217,11 @@ int lm_schedule_epilogue(lm_plan *plan);
  * Returns the kernels changed, -1 when memory ran out. */
 enum { LM_JAM = 4 };
 int lm_schedule_jam(lm_plan *plan, int f);
+/* A kernel over the same outer parallel loops as an earlier one, reading what that kernel
+ * stores only at the point that stores it (or nothing it stores), runs inside it, after it at
+ * each point (a chain of layers over one block of rows); returns how many moved, -1 when memory
+ * ran out. */
+int lm_schedule_chain(lm_plan *plan);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

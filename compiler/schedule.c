@@ -1012,3 +1012,207 @@ static int epilogue_one(lm_plan *plan, size_t out, lm_kernel *y, int back) {
 }
 
 int lm_schedule_epilogue(lm_plan *plan) { return fold_kernels(plan, LM_MERGE_BACK, epilogue_one); }
+
+/* ---------------------------------------------------------------- chains of point-local kernels */
+
+/* A kernel B over the same parallel domain as an earlier kernel A, that reads what A stores
+ * only where A's same point stores it (or nothing A stores), runs inside A: B's body after A's
+ * in each point. A PPO update's forward layers (each point a jammed block of rows: the next
+ * layer reads the rows this one wrote), the loss's per-row terms, the backward pass's rows and
+ * the weight gradients of one shape become one kernel each instead of a launch (and on the cpu
+ * a fork and join) each. Domains are first cut to their common outer parallel loops: a kernel
+ * over rows and actions runs inside one over rows, the actions a loop in each row.
+ *
+ * Where is what a point stores? For an access inside the innermost parallel loop, whose index
+ * is affine in the loops around it inside the domain (constant extents), the index runs over
+ * [lo, hi] at each point, both affine in the point. With one reference r (A's first store) the
+ * offsets lo - r and hi - r are constants: A's stores of the buffer at a point span [amin, amax]
+ * past r, B's loads [bmin, bmax]. Point p' writes [r(p') + amin, r(p') + amax] and
+ * r(p') - r(p) = sum_j k_j S_j (k = p' - p, S_j the step of r in parallel loop j), so B's reads
+ * at p miss every other point's writes when each nonzero sum lies outside [-D, D],
+ * D = max(bmax - amin, amax - bmin): the smallest stride above D, each larger one above D plus
+ * the span the smaller ones can reach ((E_i - 1) S_i, constant extents). Guards only take
+ * elements away. B stores nothing that A reads or writes, its items outside the innermost
+ * parallel loop read nothing A stores, and it moves up past the kernels between only when
+ * independent of them. Every statement keeps its operands and order within its point: bitwise
+ * identical. (A pass, not a rule: it joins two kernels of the plan, which the search's
+ * kernel-local rules do not see; the epilogue pass above is its special case of one stored
+ * point read back, placed inside the store's loop.) */
+
+enum { CHAIN_LOOPS = 60 }; /* loops of a chained kernel: the variable masks are 64 bits */
+
+/* [*lo, *hi]: where statement s's index runs at a point of k's domain (see above); 0 when the
+ * access is not inside the innermost parallel loop or not affine in the loops around it. */
+static int point_span(lm_exprs *x, const lm_kernel *k, const lm_stmt *s, lm_expr *lo, lm_expr *hi) {
+  lm_expr lmap[CHAIN_LOOPS] = {0}, hmap[CHAIN_LOOPS] = {0};
+  int inside = 0;
+  if (k->nloops > CHAIN_LOOPS) return 0;
+  for (int32_t l = s->loop; l >= 0; l = k->loops[l].parent) {
+    if (l < k->npar) {
+      inside |= l == k->npar - 1;
+      continue;
+    }
+    const lm_xnode *e = lm_x_node(x, k->loops[l].extent);
+    int64_t d = 0;
+    if (e->op != LM_X_CONST || e->v < 1 || !lm_x_step(x, s->idx, l, (int)k->nloops, &d)) return 0;
+    lmap[l] = lm_x_const(x, d >= 0 ? 0 : e->v - 1);
+    hmap[l] = lm_x_const(x, d >= 0 ? e->v - 1 : 0);
+  }
+  *lo = lm_x_simplify(x, lm_x_subst(x, s->idx, lmap, (int)k->nloops), NULL);
+  *hi = lm_x_simplify(x, lm_x_subst(x, s->idx, hmap, (int)k->nloops), NULL);
+  return inside && *lo && *hi && !x->failed;
+}
+
+/* e - r as a constant in *d; 0 when it is not one. */
+static int offset_of(lm_exprs *x, lm_expr e, lm_expr r, int64_t *d) {
+  lm_expr v = lm_x_simplify(x, lm_x_sub(x, e, r), NULL);
+  if (!v || lm_x_node(x, v)->op != LM_X_CONST) return 0;
+  *d = lm_x_node(x, v)->v;
+  return 1;
+}
+
+/* Do B's loads of buffer buf at a point read only what A stores at that point (see above)? */
+static int point_local(lm_exprs *x, const lm_kernel *a, const lm_kernel *b, uint32_t buf) {
+  lm_expr ref = 0;
+  int64_t amin = INT64_MAX, amax = INT64_MIN, bmin = INT64_MAX, bmax = INT64_MIN;
+  for (int side = 0; side < 2; side++) {
+    const lm_kernel *k = side ? b : a;
+    for (size_t i = 0; i < k->nstmts; i++) {
+      const lm_stmt *s = &k->stmts[i];
+      if (s->local || s->buf != buf || s->op != (side ? LM_S_LOAD : LM_S_STORE)) continue;
+      lm_expr lo, hi;
+      int64_t dl, dh;
+      if (!point_span(x, k, s, &lo, &hi)) return 0;
+      if (!ref) ref = lo;
+      if (!offset_of(x, lo, ref, &dl) || !offset_of(x, hi, ref, &dh)) return 0;
+      int64_t *mn = side ? &bmin : &amin, *mx = side ? &bmax : &amax;
+      if (dl < *mn) *mn = dl;
+      if (dh > *mx) *mx = dh;
+    }
+  }
+  if (!ref || bmin > bmax) return 0;
+  int64_t reach = bmax - amin > amax - bmin ? bmax - amin : amax - bmin; /* D above */
+  int64_t stride[LM_MAX_RANK], extent[LM_MAX_RANK];
+  int n = 0;
+  for (int j = 0; j < a->npar && j < LM_MAX_RANK; j++, n++) {
+    int64_t d = 0;
+    if (!lm_x_step(x, ref, j, (int)a->nloops, &d)) return 0;
+    const lm_xnode *e = lm_x_node(x, a->loops[j].extent);
+    stride[n] = d < 0 ? -d : d;
+    extent[n] = e->op == LM_X_CONST ? e->v : -1;
+  }
+  if (n != a->npar) return 0;
+  for (int i = 1; i < n; i++) /* ascending strides */
+    for (int j = i; j > 0 && stride[j] < stride[j - 1]; j--) {
+      int64_t t = stride[j], u = extent[j];
+      stride[j] = stride[j - 1], extent[j] = extent[j - 1];
+      stride[j - 1] = t, extent[j - 1] = u;
+    }
+  int64_t below = 0; /* what the smaller strides reach */
+  for (int j = 0; j < n; j++) {
+    if (stride[j] - below <= reach) return 0;
+    if (j + 1 < n) {
+      if (extent[j] < 1 || extent[j] > INT32_MAX || stride[j] > INT32_MAX) return 0;
+      below += (extent[j] - 1) * stride[j];
+    }
+  }
+  return 1;
+}
+
+/* Has B no item outside its innermost parallel loop that reads what A stores? */
+static int outer_reads(const lm_kernel *a, const lm_kernel *b) {
+  for (size_t i = 0; i < b->nstmts; i++) {
+    const lm_stmt *s = &b->stmts[i];
+    if (s->local || s->op != LM_S_LOAD || !reads_or_writes(a, s->buf, 1)) continue;
+    int inside = 0;
+    for (int32_t l = s->loop; l >= 0 && !inside; l = b->loops[l].parent) inside = l == b->npar - 1;
+    if (!inside) return 1;
+  }
+  return 0;
+}
+
+static int chainable(lm_exprs *x, const lm_kernel *a, const lm_kernel *b) {
+  if (a->group || b->group || a->fixed || b->fixed || a->contract != b->contract) return 0;
+  if (a->npar < 1 || a->npar != b->npar || a->nloops + b->nloops > CHAIN_LOOPS) return 0;
+  for (int l = 0; l < a->npar; l++)
+    if (a->loops[l].extent != b->loops[l].extent) return 0;
+  for (size_t i = 0; i < b->nstmts; i++) {
+    const lm_stmt *s = &b->stmts[i];
+    if (s->local) continue;
+    if (s->op == LM_S_STORE && (reads_or_writes(a, s->buf, 0) || reads_or_writes(a, s->buf, 1))) return 0;
+    if (s->op == LM_S_LOAD && reads_or_writes(a, s->buf, 1)) {
+      int seen = 0; /* each buffer once */
+      for (size_t j = 0; j < i && !seen; j++)
+        seen = !b->stmts[j].local && b->stmts[j].op == LM_S_LOAD && b->stmts[j].buf == s->buf;
+      if (!seen && !point_local(x, a, b, s->buf)) return 0;
+    }
+  }
+  return !outer_reads(a, b);
+}
+
+/* B's block `bl` at parallel level bl + 1 (-1: its root) into A's block at the same level:
+ * items before B's parallel child go before A's, the rest after A's; the innermost level's
+ * items after everything of A's in that point. */
+static void chain_block(mg *m, int32_t bl, int32_t al) {
+  const lm_kernel *b = m->b;
+  if (bl == b->npar - 1) {
+    append_block(m, bl, al);
+    return;
+  }
+  const lm_block *blk = bl < 0 ? &b->root : &b->loops[bl].body;
+  int passed = 0;
+  for (size_t i = 0; i < blk->n && m->ok; i++) {
+    lm_item it = blk->items[i];
+    int32_t before = passed ? -1 : al + 1;
+    if (it.is_loop && (int32_t)it.id == bl + 1) {
+      passed = 1;
+      chain_block(m, bl + 1, al + 1);
+    } else if (it.is_loop) copy_serial(m, it.id, al, before);
+    else m->smap[it.id] = place_stmt(m, remap_stmt(m, it.id, al), before);
+  }
+}
+
+/* k's parallel loops from `keep` on as serial loops over independent points (1), or back as
+ * they were (0). */
+static void demote(lm_kernel *k, int keep, int npar, int on) {
+  for (int l = keep; l < npar; l++) {
+    k->loops[l].kind = on ? LM_L_SERIAL : LM_L_PARALLEL;
+    k->loops[l].point = (uint8_t)on;
+  }
+  k->npar = on ? keep : npar;
+}
+
+/* Chainable with the domains cut to their common outer parallel loops (left cut when so):
+ * a kernel over rows and actions (npar 2) runs inside one over rows, its actions a loop in
+ * each row. */
+static int chainable_demoted(lm_exprs *x, lm_kernel *a, lm_kernel *b) {
+  int an = a->npar, bn = b->npar, keep = an < bn ? an : bn;
+  if (keep < 1) return 0;
+  for (int l = 0; l < keep; l++)
+    if (a->loops[l].extent != b->loops[l].extent) return 0;
+  demote(a, keep, an, 1);
+  demote(b, keep, bn, 1);
+  if (chainable(x, a, b)) return 1;
+  demote(a, keep, an, 0);
+  demote(b, keep, bn, 0);
+  return 0;
+}
+
+static int chain_one(lm_plan *plan, size_t out, lm_kernel *b, int back) {
+  lm_exprs *x = &plan->g->x;
+  for (size_t j = out; j-- > 0 && out - j <= (size_t)back;) {
+    lm_kernel *a = &plan->kernels[j];
+    if (chainable_demoted(x, a, b)) {
+      mg m;
+      if (mg_begin(&m, a, b, x)) {
+        for (int l = 0; l < b->npar; l++) m.vmap[l] = lm_x_var(x, l);
+        chain_block(&m, -1, -1);
+      } else m.ok = 0;
+      return mg_end(&m);
+    }
+    if (!independent(a, b)) break;
+  }
+  return 0;
+}
+
+int lm_schedule_chain(lm_plan *plan) { return fold_kernels(plan, LM_MERGE_BACK, chain_one); }

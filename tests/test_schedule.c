@@ -851,14 +851,16 @@ static lm_graph_t *mlp_update_graph(void) {
 static const char *const update_state[] = {"loss", "norm", "W1", "b1", "W2", "b2", "W3", "b3"};
 enum { UPDATE_STATE = sizeof update_state / sizeof *update_state };
 
-/* Three update steps on cpu with the passes in `passes` (1: epilogues, 2: joins; the others
- * off through their switches); every value read back. */
+/* Three update steps on cpu with the passes in `passes` (1: epilogues, 2: joins, 4: chains;
+ * the others off through their switches); every value read back. */
 static float *run_updates(lm_backend_t *b, const lm_graph_t *g, int passes, int *kernels, size_t *total) {
   if (!(passes & 1)) setenv("LUMEN_NO_EPILOGUE", "1", 1);
   if (!(passes & 2)) setenv("LUMEN_NO_JOIN", "1", 1);
+  if (!(passes & 4)) setenv("LUMEN_NO_CHAIN", "1", 1);
   lm_program_t *p = lm_program_new(b, g);
   unsetenv("LUMEN_NO_EPILOGUE");
   unsetenv("LUMEN_NO_JOIN");
+  unsetenv("LUMEN_NO_CHAIN");
   cr_assert(p, "%s", lm_last_error());
   OK(lm_program_bind(p, "N", 37));
   check_rng r = check_rng_new(0xe9110603);
@@ -893,19 +895,21 @@ static float *run_updates(lm_backend_t *b, const lm_graph_t *g, int passes, int 
   return all;
 }
 
-/* Epilogues and joins change which kernels run, not a bit of what they compute (each pass alone
- * and both), and together they cut the kernel count by more than a third. */
-Test(schedule, update_epilogues_and_one_thread_joins_cut_kernels_with_the_same_bits) {
+/* Epilogues, joins and chains change which kernels run, not a bit of what they compute (each
+ * pass alone and together); epilogues and joins cut the kernel count by more than a third, and
+ * chains cut it further. N = 37: the jammed blocks of rows end in a partial one. */
+Test(schedule, update_epilogues_joins_and_chains_cut_kernels_with_the_same_bits) {
   lm_graph_t *g = mlp_update_graph();
   lm_backend_t *b = lm_backend_new("cpu");
   cr_assert(b, "%s", lm_last_error());
-  int k[4] = {0};
-  size_t n[4] = {0};
-  float *v[4];
-  for (int c = 0; c < 4; c++) v[c] = run_updates(b, g, c, &k[c], &n[c]);
-  cr_log_info("MLP loss + gradient + clipped Adam: %d kernels plain, %d with epilogues, %d with joins, %d with both",
-              k[0], k[1], k[2], k[3]);
-  for (int c = 1; c < 4; c++) {
+  int k[8] = {0};
+  size_t n[8] = {0};
+  float *v[8];
+  for (int c = 0; c < 8; c++) v[c] = run_updates(b, g, c, &k[c], &n[c]);
+  cr_log_info("MLP loss + gradient + clipped Adam: %d kernels plain, %d with epilogues, %d with joins, %d with both, "
+              "%d with chains, %d with all three",
+              k[0], k[1], k[2], k[3], k[4], k[7]);
+  for (int c = 1; c < 8; c++) {
     cr_assert_eq(n[c], n[0]);
     for (size_t i = 0; i < n[0]; i++)
       cr_assert(!memcmp(&v[c][i], &v[0][i], sizeof(float)), "passes %d, value %zu: %.9g, plain %.9g", c, i,
@@ -914,9 +918,49 @@ Test(schedule, update_epilogues_and_one_thread_joins_cut_kernels_with_the_same_b
   cr_assert_lt(k[1], k[0], "epilogues: %d kernels, plain %d", k[1], k[0]);
   cr_assert_lt(k[2], k[0], "joins: %d kernels, plain %d", k[2], k[0]);
   cr_assert_lt(3 * k[3], 2 * k[0], "both: %d kernels, plain %d", k[3], k[0]);
-  for (int c = 0; c < 4; c++) free(v[c]);
+  cr_assert_lt(k[4], k[0], "chains: %d kernels, plain %d", k[4], k[0]);
+  cr_assert_lt(k[7], k[3], "all three: %d kernels, epilogues and joins %d", k[7], k[3]);
+  for (int c = 0; c < 8; c++) free(v[c]);
   lm_backend_free(b);
   lm_graph_free(g);
+}
+
+/* Two tanh layers over the rows of a symbolic batch; `shift`: the second reads the first's next
+ * row (a view: rows 1..N, the last padded with zeros). */
+static lm_graph_t *two_layers(int shift) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 8});
+  lm_tensor w1 = lm_input(g, "W1", LM_ROLE_PARAM, 2, (lm_dim[]){8, 16});
+  lm_tensor w2 = lm_input(g, "W2", LM_ROLE_PARAM, 2, (lm_dim[]){16, 16});
+  lm_tensor h = lm_tanh(lm_matmul(x, w1));
+  if (shift) h = lm_pad(lm_slice(h, 0, 1, N), 0, 0, 1);
+  OK(lm_output(lm_tanh(lm_matmul(h, w2)), "y"));
+  return g;
+}
+
+/* Kernels per run of g on cpu against ref, with chains on or off. */
+static int chained_kernels(const lm_graph_t *g, int chain) {
+  static const feed in[] = {{"x", -1, 1}, {"W1", -0.5, 0.5}, {"W2", -0.5, 0.5}};
+  static const char *const out[] = {"y"};
+  if (!chain) setenv("LUMEN_NO_CHAIN", "1", 1);
+  lm_program_stats s = run_both(g, 37, in, 3, out, 1);
+  unsetenv("LUMEN_NO_CHAIN");
+  return s.kernels;
+}
+
+/* A layer reading the rows the layer before wrote in the same block of rows runs in that
+ * layer's kernel; one reading the next row (written by the next block, perhaps on another
+ * thread) does not. Both agree with the reference, N = 37 ending in a partial block. */
+Test(schedule, a_layer_runs_inside_the_one_before_only_where_it_reads_its_own_rows) {
+  lm_graph_t *g = two_layers(0), *s = two_layers(1);
+  int own[2] = {chained_kernels(g, 0), chained_kernels(g, 1)};
+  int next[2] = {chained_kernels(s, 0), chained_kernels(s, 1)};
+  cr_log_info("two layers: %d kernels, %d chained; the next row: %d, %d", own[0], own[1], next[0], next[1]);
+  cr_assert_eq(own[1], own[0] - 1, "own rows: %d kernels chained, %d without", own[1], own[0]);
+  cr_assert_eq(next[1], next[0], "the next row: %d kernels chained, %d without", next[1], next[0]);
+  lm_graph_free(g);
+  lm_graph_free(s);
 }
 
 /* Contraction (lm_graph_set_contraction): the kernels of a graph that allows it are rendered
