@@ -65,6 +65,7 @@ static int run_jam(pass_ctx *c) {
   return lm_schedule_jam(c->plan, e && *e ? atoi(e) : 0);
 }
 static int run_chain(pass_ctx *c) { return lm_schedule_chain(c->plan); }
+static int run_stack(pass_ctx *c) { return lm_schedule_stack(c->plan); }
 static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
 static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
   int n = 0;
@@ -138,6 +139,9 @@ static const pass passes[] = {
     {{"chain", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_CHAIN",
       "a kernel over an earlier one's outer parallel loops, reading what it stores only at the point that stores it (or nothing it stores), runs inside it, point by point (schedule.c)"},
      PLAN, when_cpu_plan, run_chain},
+    {{"stack", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_STACK",
+      "independent kernels of different domains become one over their domains end to end, each point testing whose it is (schedule.c)"},
+     PLAN, when_cpu_plan, run_stack},
     {{"scan-fuse", "all", "a scan whose step is env-local, at most 2048 floats of locals per env", NULL,
       "the whole scan as one plan: a time loop inside each env's kernel, the carry kept (scan.c)"},
      FRONT, NULL, NULL},

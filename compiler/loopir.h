@@ -82,6 +82,9 @@ typedef struct lm_loop {
   uint8_t kind;   /* lm_loopkind */
   uint8_t point;  /* a serial loop over independent points: a parallel loop the interchange moved */
   uint32_t mask;  /* LM_L_SPARSE: the local array that selects its lanes */
+  lm_expr when;   /* 0, or a serial loop of extent 1 (its variable unused) that runs only where
+                   * this expression of the enclosing loops' variables is not 0: a member of a
+                   * stacked kernel (lm_schedule_stack) */
   int32_t parent; /* -1 = root */
   lm_block body;
 } lm_loop;
@@ -222,6 +225,11 @@ int lm_schedule_jam(lm_plan *plan, int f);
  * each point (a chain of layers over one block of rows); returns how many moved, -1 when memory
  * ran out. */
 int lm_schedule_chain(lm_plan *plan);
+/* Independent kernels of different domains become one whose domain is theirs end to end, each
+ * point running its own kernel's body under a test of where it lies (horizontal fusion: a PPO
+ * update's weight gradients of several shapes, a loss's scalar sums); returns how many went
+ * into another, -1 when memory ran out. */
+int lm_schedule_stack(lm_plan *plan);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

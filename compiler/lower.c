@@ -696,6 +696,13 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
     if (b->items[i].is_loop) {
       const lm_loop *l = &k->loops[b->items[i].id];
       static const char *const kinds[LM_L_COUNT] = {"par", "for", "lanes", "sparse", "vec"};
+      if (l->when) { /* a stacked kernel's member */
+        lm_sb_puts(sb, "if ");
+        lm_x_print(x, l->when, sb, "i");
+        lm_sb_puts(sb, ":\n");
+        dump_block(p, k, &l->body, depth + 1, sb);
+        continue;
+      }
       lm_sb_printf(sb, "%s i%u < ", kinds[l->kind], b->items[i].id);
       lm_x_print(x, l->extent, sb, "i");
       if (l->kind == LM_L_SPARSE) lm_sb_printf(sb, " where l%u", l->mask);

@@ -1896,6 +1896,16 @@ static void emit_tiled(rk *r, lm_sb *sb, int32_t J, const tile_form *t, int ind)
 static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
   const lm_kernel *k = r->k;
   if (!has_work(r, l)) return;
+  if (k->loops[l].when) { /* a stacked kernel's member: a test, its variable unused */
+    indent(sb, ind);
+    lm_sb_puts(sb, "if (");
+    print_x(r, sb, k->loops[l].when, 0, 0);
+    lm_sb_puts(sb, ") {\n");
+    emit_block(r, sb, l, ind + 1);
+    indent(sb, ind);
+    lm_sb_puts(sb, "}\n");
+    return;
+  }
   gather_form gf;
   if (gather_loop(r, l, &gf)) {
     emit_gather(r, sb, l, &gf, ind);

@@ -1216,3 +1216,126 @@ static int chain_one(lm_plan *plan, size_t out, lm_kernel *b, int back) {
 }
 
 int lm_schedule_chain(lm_plan *plan) { return fold_kernels(plan, LM_MERGE_BACK, chain_one); }
+
+/* ---------------------------------------------------------------- stacked domains */
+
+/* Independent kernels whose domains differ (a PPO update's weight gradients: one bias of 1
+ * point, one of 2, a layer's 16 blocks of outputs; a loss's scalar sums, no domain at all)
+ * become one kernel over their domains end to end: par q < E1 + E2 + ...; where q falls in
+ * member i's range, its body runs with its point q - (E1 + ... + Ei-1), under a test (a loop
+ * with a `when`, lm_loop). What the chain pass cannot join for want of a common domain is
+ * launched once (on the cpu one fork and join) instead of once a member. A member keeps at most
+ * one parallel loop (the others run as loops over its points), and nothing but statements
+ * outside it (they then run once a call of the stack, not of the member: loops there, a staged
+ * operand's copy or a sum over the batch, would run for every member's calls). Every point
+ * runs its own statements in its own order: bitwise identical. (A pass, not a rule: it joins
+ * kernels of the plan, which the search's kernel-local rules do not see.) */
+
+/* Is k a stack built here: one parallel loop holding only members? */
+static int is_stack(const lm_kernel *k) {
+  if (k->npar != 1 || k->loops[0].body.n == 0) return 0;
+  for (size_t i = 0; i < k->loops[0].body.n; i++) {
+    lm_item it = k->loops[0].body.items[i];
+    if (!it.is_loop || !k->loops[it.id].when) return 0;
+  }
+  return 1;
+}
+
+/* Can k be a member: no parallel domain, or one parallel loop (more cut to one) with only
+ * statements, none of them a store, outside it? */
+static int member_ok(const lm_kernel *k) {
+  if (k->group || k->fixed || k->npar > LM_MAX_RANK) return 0;
+  if (k->npar == 0) return 1;
+  for (size_t i = 0; i < k->root.n; i++) {
+    lm_item it = k->root.items[i];
+    if (it.is_loop ? it.id != 0 : k->stmts[it.id].op == LM_S_STORE) return 0;
+  }
+  return 1;
+}
+
+static lm_expr domain_of(lm_exprs *x, const lm_kernel *k) { return k->npar ? k->loops[0].extent : lm_x_const(x, 1); }
+
+/* Member b into stack s, at points [at, at + b's domain). */
+static void add_member(mg *m, lm_expr at) {
+  lm_exprs *x = m->x;
+  const lm_kernel *b = m->b;
+  lm_kernel *s = m->a;
+  lm_expr q = lm_x_var(x, 0), end = lm_x_simplify(x, lm_x_add(x, at, domain_of(x, b)), NULL);
+  lm_expr when = lm_x_lt(x, q, end);
+  if (!lm_x_is_const(x, at, 0)) when = lm_x_and(x, lm_x_lt(x, lm_x_sub(x, at, lm_x_const(x, 1)), q), when);
+  int32_t g = lm_kernel_add_loop(s, 0, lm_x_const(x, 1), LM_L_SERIAL);
+  if (g < 0) {
+    m->ok = 0;
+    return;
+  }
+  s->loops[g].when = lm_x_simplify(x, when, NULL);
+  if (b->npar == 0) { /* the whole kernel is one point */
+    append_block(m, -1, g);
+    return;
+  }
+  m->vmap[0] = lm_x_simplify(x, lm_x_sub(x, q, at), NULL);
+  for (size_t i = 0; i < b->root.n && m->ok; i++) { /* statements once a call, before the points */
+    lm_item it = b->root.items[i];
+    if (!it.is_loop) m->smap[it.id] = place_stmt(m, remap_stmt(m, it.id, -1), 0);
+  }
+  append_block(m, 0, g);
+}
+
+/* Puts b into s (a stack) at its end; 1 when done, -1 when memory ran out. */
+static int stack_onto(lm_exprs *x, lm_kernel *s, const lm_kernel *b) {
+  lm_expr at = s->loops[0].extent;
+  mg m;
+  if (mg_begin(&m, s, b, x)) add_member(&m, at);
+  else m.ok = 0;
+  s->loops[0].extent = lm_x_simplify(x, lm_x_add(x, at, domain_of(x, b)), NULL);
+  return mg_end(&m);
+}
+
+/* A stack holding a alone, in place of a (same name); 1 when done, -1 when memory ran out. */
+static int make_stack(lm_exprs *x, lm_kernel *a) {
+  lm_kernel s = {0};
+  memcpy(s.name, a->name, sizeof s.name);
+  s.anchor = a->anchor;
+  s.contract = a->contract;
+  s.measured = a->measured;
+  s.fast_exp = a->fast_exp;
+  s.finite = a->finite;
+  s.npar = 1;
+  if (lm_kernel_add_loop(&s, -1, lm_x_const(x, 0), LM_L_PARALLEL) != 0) {
+    lm_kernel_free(&s);
+    return -1;
+  }
+  int r = stack_onto(x, &s, a);
+  if (r < 0) {
+    lm_kernel_free(&s);
+    return -1;
+  }
+  lm_kernel_free(a);
+  *a = s;
+  return 1;
+}
+
+static int stackable(const lm_kernel *a, const lm_kernel *b) {
+  if (a->contract != b->contract || a->fast_exp != b->fast_exp || a->finite != b->finite) return 0;
+  if (a->nloops + b->nloops + 2 > CHAIN_LOOPS || !member_ok(b) || !(is_stack(a) || member_ok(a))) return 0;
+  return independent(a, b);
+}
+
+static int stack_one(lm_plan *plan, size_t out, lm_kernel *b, int back) {
+  lm_exprs *x = &plan->g->x;
+  for (size_t j = out; j-- > 0 && out - j <= (size_t)back;) {
+    lm_kernel *a = &plan->kernels[j];
+    if (stackable(a, b)) {
+      if (b->npar > 1) demote(b, 1, b->npar, 1);
+      if (!is_stack(a)) {
+        if (a->npar > 1) demote(a, 1, a->npar, 1);
+        if (make_stack(x, a) < 0) return -1;
+      }
+      return stack_onto(x, a, b);
+    }
+    if (!independent(a, b)) break;
+  }
+  return 0;
+}
+
+int lm_schedule_stack(lm_plan *plan) { return fold_kernels(plan, LM_MERGE_BACK, stack_one); }

@@ -269,7 +269,7 @@ Test(cpu, lumen_dump_writes_the_kernel_source_with_its_loop_ir) {
   unsetenv("LUMEN_DUMP");
   /* the kernels the backend builds: the same compile front (canonicalise, lower, schedule) */
   lm_compiled comp;
-  lm_compile_options co = {.interchange = 1, .stage = 1}; /* as cpu_prepare */
+  lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
   OK(lm_compile_ex(g, NULL, &co, &comp));
   lm_plan *plan = comp.plan;
   cr_assert_geq(plan->nkernels, 1);

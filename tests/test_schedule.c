@@ -633,7 +633,10 @@ Test(schedule, small_accumulating_point_loops_are_narrowed_for_the_c_compiler) {
   lm_graph_t *g = cnn_grad_graph(4);
   lm_compiled comp;
   lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
-  OK(lm_compile_ex(g, NULL, &co, &comp));
+  setenv("LUMEN_NO_STACK", "1", 1); /* the forward and the weight gradient in kernels of their own */
+  lm_status st = lm_compile_ex(g, NULL, &co, &comp);
+  unsetenv("LUMEN_NO_STACK");
+  OK(st);
   int narrowed_kernels = 0, wide_jams = 0;
   for (size_t k = 0; k < comp.plan->nkernels; k++) {
     const lm_kernel *kn = &comp.plan->kernels[k];
@@ -851,16 +854,18 @@ static lm_graph_t *mlp_update_graph(void) {
 static const char *const update_state[] = {"loss", "norm", "W1", "b1", "W2", "b2", "W3", "b3"};
 enum { UPDATE_STATE = sizeof update_state / sizeof *update_state };
 
-/* Three update steps on cpu with the passes in `passes` (1: epilogues, 2: joins, 4: chains;
- * the others off through their switches); every value read back. */
+/* Three update steps on cpu with the passes in `passes` (1: epilogues, 2: joins, 4: chains,
+ * 8: stacks; the others off through their switches); every value read back. */
 static float *run_updates(lm_backend_t *b, const lm_graph_t *g, int passes, int *kernels, size_t *total) {
   if (!(passes & 1)) setenv("LUMEN_NO_EPILOGUE", "1", 1);
   if (!(passes & 2)) setenv("LUMEN_NO_JOIN", "1", 1);
   if (!(passes & 4)) setenv("LUMEN_NO_CHAIN", "1", 1);
+  if (!(passes & 8)) setenv("LUMEN_NO_STACK", "1", 1);
   lm_program_t *p = lm_program_new(b, g);
   unsetenv("LUMEN_NO_EPILOGUE");
   unsetenv("LUMEN_NO_JOIN");
   unsetenv("LUMEN_NO_CHAIN");
+  unsetenv("LUMEN_NO_STACK");
   cr_assert(p, "%s", lm_last_error());
   OK(lm_program_bind(p, "N", 37));
   check_rng r = check_rng_new(0xe9110603);
@@ -895,32 +900,38 @@ static float *run_updates(lm_backend_t *b, const lm_graph_t *g, int passes, int 
   return all;
 }
 
-/* Epilogues, joins and chains change which kernels run, not a bit of what they compute (each
- * pass alone and together); epilogues and joins cut the kernel count by more than a third, and
- * chains cut it further. N = 37: the jammed blocks of rows end in a partial one. */
-Test(schedule, update_epilogues_joins_and_chains_cut_kernels_with_the_same_bits) {
+/* Epilogues, joins, chains and stacks change which kernels run, not a bit of what they compute
+ * (each pass alone and together); epilogues and joins cut the kernel count by more than a
+ * third, chains cut it further, and stacks further still. N = 37: the jammed blocks of rows end
+ * in a partial one. */
+Test(schedule, update_epilogues_joins_chains_and_stacks_cut_kernels_with_the_same_bits) {
   lm_graph_t *g = mlp_update_graph();
   lm_backend_t *b = lm_backend_new("cpu");
   cr_assert(b, "%s", lm_last_error());
-  int k[8] = {0};
-  size_t n[8] = {0};
-  float *v[8];
-  for (int c = 0; c < 8; c++) v[c] = run_updates(b, g, c, &k[c], &n[c]);
+  static const int sets[] = {0, 1, 2, 3, 4, 7, 8, 15};
+  enum { SETS = sizeof sets / sizeof *sets };
+  int k[16] = {0};
+  size_t n[16] = {0};
+  float *v[16] = {0};
+  for (int c = 0; c < SETS; c++) v[sets[c]] = run_updates(b, g, sets[c], &k[sets[c]], &n[sets[c]]);
   cr_log_info("MLP loss + gradient + clipped Adam: %d kernels plain, %d with epilogues, %d with joins, %d with both, "
-              "%d with chains, %d with all three",
-              k[0], k[1], k[2], k[3], k[4], k[7]);
-  for (int c = 1; c < 8; c++) {
-    cr_assert_eq(n[c], n[0]);
+              "%d with chains, %d with those three, %d with stacks, %d with all four",
+              k[0], k[1], k[2], k[3], k[4], k[7], k[8], k[15]);
+  for (int c = 1; c < SETS; c++) {
+    int p = sets[c];
+    cr_assert_eq(n[p], n[0]);
     for (size_t i = 0; i < n[0]; i++)
-      cr_assert(!memcmp(&v[c][i], &v[0][i], sizeof(float)), "passes %d, value %zu: %.9g, plain %.9g", c, i,
-                v[c][i], v[0][i]);
+      cr_assert(!memcmp(&v[p][i], &v[0][i], sizeof(float)), "passes %d, value %zu: %.9g, plain %.9g", p, i,
+                v[p][i], v[0][i]);
   }
   cr_assert_lt(k[1], k[0], "epilogues: %d kernels, plain %d", k[1], k[0]);
   cr_assert_lt(k[2], k[0], "joins: %d kernels, plain %d", k[2], k[0]);
   cr_assert_lt(3 * k[3], 2 * k[0], "both: %d kernels, plain %d", k[3], k[0]);
   cr_assert_lt(k[4], k[0], "chains: %d kernels, plain %d", k[4], k[0]);
-  cr_assert_lt(k[7], k[3], "all three: %d kernels, epilogues and joins %d", k[7], k[3]);
-  for (int c = 0; c < 8; c++) free(v[c]);
+  cr_assert_lt(k[7], k[3], "those three: %d kernels, epilogues and joins %d", k[7], k[3]);
+  cr_assert_lt(k[8], k[0], "stacks: %d kernels, plain %d", k[8], k[0]);
+  cr_assert_lt(k[15], k[7], "all four: %d kernels, without stacks %d", k[15], k[7]);
+  for (int c = 0; c < SETS; c++) free(v[sets[c]]);
   lm_backend_free(b);
   lm_graph_free(g);
 }
@@ -961,6 +972,34 @@ Test(schedule, a_layer_runs_inside_the_one_before_only_where_it_reads_its_own_ro
   cr_assert_eq(next[1], next[0], "the next row: %d kernels chained, %d without", next[1], next[0]);
   lm_graph_free(g);
   lm_graph_free(s);
+}
+
+/* Sums over the batch of three shapes (8 columns, 3 columns, everything) and a row-wise
+ * square: independent kernels over different domains, stacked into one whose points test which
+ * member they run; the same values as ref, N = 37. Without stacks they stay apart. */
+static lm_graph_t *three_sums(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 8});
+  lm_tensor y = lm_input(g, "y", LM_ROLE_DATA, 2, (lm_dim[]){N, 3});
+  OK(lm_output(lm_sum_reduce(x, 0), "sx"));
+  OK(lm_output(lm_sum_reduce(lm_mul(y, y), 0), "sy"));
+  OK(lm_output(lm_sum_reduce(lm_sum_reduce(x, 1), 0), "s"));
+  return g;
+}
+
+Test(schedule, independent_sums_of_three_shapes_run_as_one_stacked_kernel_with_refs_values) {
+  static const feed in[] = {{"x", -1, 1}, {"y", -1, 1}};
+  static const char *const out[] = {"sx", "sy", "s"};
+  lm_graph_t *g = three_sums();
+  lm_program_stats on = run_both(g, 37, in, 2, out, 3);
+  setenv("LUMEN_NO_STACK", "1", 1);
+  lm_program_stats off = run_both(g, 37, in, 2, out, 3);
+  unsetenv("LUMEN_NO_STACK");
+  cr_log_info("three sums: %d kernels stacked, %d apart", on.kernels, off.kernels);
+  cr_assert_eq(on.kernels, 1, "stacked: %d kernels", on.kernels);
+  cr_assert_geq(off.kernels, 2, "apart: %d kernels", off.kernels);
+  lm_graph_free(g);
 }
 
 /* Contraction (lm_graph_set_contraction): the kernels of a graph that allows it are rendered
