@@ -228,6 +228,8 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       lm_plan_free(out->plan);
       out->plan = fused;
       out->fused = 1;
+      for (size_t i = 0; i < fused->nkernels && !out->envs; i++)
+        if (fused->kernels[i].npar > 0) out->envs = fused->kernels[i].loops[0].extent;
       pass_ctx c = {.plan = fused, .scan = scan, .opts = opts, .lanes_headed = lanes};
       st = run_stage(SCAN, &c);
       out->lanes = 1;

@@ -12,6 +12,7 @@ typedef struct lm_compiled {
   lm_plan *plan;
   int fused;      /* a scan that runs as one plan over all T steps (run counter = run*T) */
   int lanes;      /* envs per iteration of the fused scan's parallel loop (1: not in lanes) */
+  lm_expr envs;   /* a fused scan: its envs (the parallel domain of its step before SIMD blocks) */
 } lm_compiled;
 
 lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out);

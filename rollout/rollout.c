@@ -173,6 +173,9 @@ static lm_status build_device(lm_rollout *r, const lm_policy_config *cfg) {
   lm_dim N;
   if (!g) return LM_ERR_INVALID;
   if (is_part(r) && (st = rand_rows_of_batch(g)) != LM_OK) goto done;
+  /* the envs the backend schedules the scan for: the whole batch's, so that a rank's part runs
+   * the kernel (and rounds as) one process would (compiler/backends/cpu.c, SINGLE_ENVS) */
+  (void)lm_sym_hint(g, "N", r->all);
   r->prog = lm_program_new_scan(r->b, g, "T", 0, NULL, 0);
   if (!r->prog) {
     st = LM_ERR_INVALID;

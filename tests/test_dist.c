@@ -76,13 +76,14 @@ static void same_rows(lm_rollout *whole, lm_rollout *part, const char *name, int
   free(p);
 }
 
-static void parts_equal_whole(const char *env_name, const char *params, lm_stepper stepper, double tol) {
+static void parts_of_equal_whole(const char *env_name, const char *params, lm_stepper stepper, double tol, int64_t all,
+                                 int64_t n) {
   const lm_env_spec *env = lm_env_find(env_name);
   cr_assert(env);
   if (params) cr_assert_eq(lm_env_configure(env, params, &env), LM_OK, "%s", lm_last_error());
   lm_ppo_config c = lm_ppo_defaults(env);
   lm_backend_t *b = cpu();
-  const int64_t T = 24, all = 12, n = 4;
+  const int64_t T = 24;
   lm_rollout *whole = make(b, env, &c.policy, all, T, stepper, 0, all);
   double ew = 0, rw = 0, lw = 0, eparts = 0, rparts = 0, lparts = 0;
   for (int64_t first = 0; first < all; first += n) {
@@ -103,8 +104,18 @@ static void parts_equal_whole(const char *env_name, const char *params, lm_stepp
   lm_backend_free(b);
 }
 
+static void parts_equal_whole(const char *env_name, const char *params, lm_stepper stepper, double tol) {
+  parts_of_equal_whole(env_name, params, stepper, tol, 12, 4);
+}
+
 Test(dist, a_device_rollout_part_draws_the_rows_of_the_whole_batch) {
   parts_equal_whole("cartpole", NULL, LM_STEPPER_DEVICE, 0);
+}
+
+/* A batch of 4 envs runs one env at a time on the cpu (compiler/backends/cpu.c, SINGLE_ENVS),
+ * and so do its parts of 2, bit for bit (a part of 4 of 12 runs the blocks, as the 12 do). */
+Test(dist, parts_of_a_small_batch_run_the_form_the_whole_batch_runs) {
+  parts_of_equal_whole("cartpole", NULL, LM_STEPPER_DEVICE, 0, 4, 2);
 }
 
 Test(dist, the_part_keys_sticky_actions_by_the_global_env_too) {

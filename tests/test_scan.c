@@ -665,6 +665,60 @@ Test(scan, lanes_match_ref_and_one_env_at_a_time_for_partial_and_whole_blocks_on
   }
 }
 
+/* A scan whose envs a hint (lm_sym_hint) puts at 4 or fewer (half a block of 8) runs one env at
+ * a time, a form the cpu backend builds with the program; without the hint it runs in blocks,
+ * whatever N a run binds (the form is the graph's choice: compiler/backends/cpu.c). The dumped
+ * loop IR tells the forms apart (one env a point: "par i0 < N"), and every run agrees with
+ * ref. */
+static int runs_at(lm_program_t *p, int64_t N, const char *dir) {
+  const int64_t T = 3;
+  lanes_run ref = lanes_on("ref", NULL, NULL, T, N);
+  size_t n = (size_t)N * LH, tn = (size_t)T * n;
+  OK(lm_program_bind(p, "T", T));
+  OK(lm_program_bind(p, "N", N));
+  check_rng r = check_rng_new(2024 + (uint64_t)N); /* lanes_on's inputs */
+  float *h = rand_floats(&r, n, -1, 1), *x = rand_floats(&r, tn, -2, 2), *w = rand_floats(&r, LH * LH, -0.7, 0.7);
+  put(p, "h", h, n);
+  put(p, "x", x, tn);
+  put(p, "W", w, LH * LH);
+  lm_program_set_seed(p, 77);
+  lm_program_set_run(p, 0); /* ref's draws: a first run */
+  OK(lm_program_run(p));
+  lanes_run got = {get(p, "y", tn), get(p, "z", (size_t)T * (size_t)N), get(p, "h", n),
+                   get(p, "r1", (size_t)T * (size_t)N), get(p, "r2", (size_t)T * (size_t)N * 2), -1};
+  lanes_close("cpu vs ref", &got, &ref, T, N);
+  lanes_free(&got);
+  lanes_free(&ref);
+  free(h);
+  free(x);
+  free(w);
+  return check_dump_count(dir, "par i0 < N:$", 1);
+}
+
+Test(scan, hinted_few_envs_run_one_at_a_time_at_every_n) {
+  for (int hinted = 0; hinted < 2; hinted++) {
+    char dir[] = "/tmp/lumen-single-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    lm_graph_t *g = lanes_graph();
+    if (hinted) OK(lm_sym_hint(g, "N", 3));
+    setenv("LUMEN_DUMP", dir, 1);
+    lm_backend_t *b = open_backend("cpu");
+    lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+    cr_assert(p, "%s", lm_last_error());
+    int made = check_dump_count(dir, "par i0 < N:$", 1);
+    int at6 = runs_at(p, 6, dir), at3 = runs_at(p, 3, dir), at1 = runs_at(p, 1, dir);
+    unsetenv("LUMEN_DUMP");
+    cr_log_info("hinted %d: one-env forms built %d with the program, %d after runs of 6, 3 and 1 envs", hinted, made, at1);
+    cr_assert_eq(made, hinted, "hinted %d: %d one-env forms built with the program", hinted, made);
+    cr_assert(at6 == hinted && at3 == hinted && at1 == hinted, "hinted %d: %d, %d, %d one-env forms after runs of 6, 3, 1",
+              hinted, at6, at3, at1);
+    lm_program_free(p);
+    lm_backend_free(b);
+    lm_graph_free(g);
+    check_dump_count(dir, "x", 0); /* removes dir */
+  }
+}
+
 /* Lanes are fixed per block of the parallel loop, so the thread count cannot change which
  * envs share a vector: 1, 2 and 3 threads agree bit for bit. */
 Test(scan, lanes_give_the_same_bits_on_1_2_and_3_threads) {

@@ -164,6 +164,51 @@ Test(train, the_bootstrap_from_the_final_obs_kept_per_env_equals_the_one_kept_pe
   lm_backend_free(b);
 }
 
+/* Two rollouts of CartPole's PPO policy over n envs, LUMEN_SCAN_LANES set to `lanes` (NULL:
+ * the default) while the backend builds them; the log-probabilities and values of every step. */
+static float *rollout_outputs(int64_t n, const char *lanes) {
+  const lm_env_spec *env = lm_env_find("cartpole");
+  lm_ppo_config c = small(env);
+  const int64_t T = 32;
+  if (lanes) setenv("LUMEN_SCAN_LANES", lanes, 1);
+  lm_backend_t *b = cpu();
+  lm_rollout *r = lm_rollout_new(b, env, &c.policy, n, T, LM_STEPPER_DEVICE);
+  unsetenv("LUMEN_SCAN_LANES");
+  cr_assert(r, "%s", lm_last_error());
+  cr_assert_eq(lm_policy_init(lm_rollout_policy(r), lm_rollout_program(r), 7), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_rollout_reset(r, 99), LM_OK, "%s", lm_last_error());
+  for (int k = 0; k < 2; k++) cr_assert_eq(lm_rollout_run(r), LM_OK, "%s", lm_last_error());
+  size_t tn = (size_t)(T * n);
+  float *out = malloc(2 * tn * sizeof *out);
+  cr_assert(out);
+  cr_assert_eq(lm_program_read(lm_rollout_program(r), "logp", out, tn), LM_OK, "%s", lm_last_error());
+  cr_assert_eq(lm_program_read(lm_rollout_program(r), "value", out + tn, tn), LM_OK, "%s", lm_last_error());
+  lm_rollout_free(r);
+  lm_backend_free(b);
+  return out;
+}
+
+/* A rollout of at most 4 envs runs one env at a time (compiler/backends/cpu.c, SINGLE_ENVS):
+ * bit for bit what LUMEN_SCAN_LANES=1 builds; 6 envs run in blocks of 8, bit for bit
+ * LUMEN_SCAN_LANES=8's. The two forms round apart (vector and scalar sinf and expf): logged.
+ * (test_dist: a rank's part runs the whole batch's form.) */
+Test(train, a_rollout_of_few_envs_runs_one_env_at_a_time_and_more_in_blocks) {
+  static const int64_t ns[2] = {4, 6};
+  for (int i = 0; i < 2; i++) {
+    int64_t n = ns[i];
+    size_t m = (size_t)(2 * 32 * n);
+    float *dflt = rollout_outputs(n, NULL), *one = rollout_outputs(n, "1"), *blocks = rollout_outputs(n, "8");
+    const float *want = n <= 4 ? one : blocks;
+    for (size_t k = 0; k < m; k++)
+      cr_assert(!memcmp(&dflt[k], &want[k], sizeof(float)), "%lld envs, value %zu: %a, the %s form's %a", (long long)n, k,
+                (double)dflt[k], n <= 4 ? "one-env" : "blocks", (double)want[k]);
+    int apart = 0;
+    for (size_t k = 0; k < m; k++) apart += memcmp(&one[k], &blocks[k], sizeof(float)) != 0;
+    cr_log_info("%lld envs: the one-env and block forms differ in %d of %zu values", (long long)n, apart, m);
+    free(dflt), free(one), free(blocks);
+  }
+}
+
 static void resume_equals_uninterrupted(const char *env, lm_stepper stepper) {
   lm_backend_t *b = cpu();
   lm_ppo_config c = small(lm_env_find(env));

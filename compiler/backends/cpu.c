@@ -38,6 +38,8 @@ typedef struct cpu_exe {
   uint8_t *fine; /* per kernel: chunks may split its outer loop anywhere (lm_kernel_fine) */
   int lanes;     /* envs per block of the fused scan in lanes (1: none) */
   struct cpu_exe *narrow; /* the same scan in blocks of NARROW_LANES, for few envs (or NULL) */
+  struct cpu_exe *single; /* the same scan one env at a time, for fewer hinted envs (or NULL) */
+  lm_expr envs;           /* a fused scan's envs (lm_compiled.envs; 0: unknown) */
 } cpu_exe;
 
 static lm_status cpu_open(void **out) {
@@ -102,6 +104,7 @@ static void cpu_unprepare(void *ctx, void *p) {
   lm_free(x->per_step);
   lm_free(x->fine);
   if (x->narrow) cpu_unprepare(ctx, x->narrow);
+  if (x->single) cpu_unprepare(ctx, x->single);
   lm_free(x);
 }
 
@@ -139,6 +142,7 @@ static lm_status prepare_lanes(void *ctx, lm_graph_t *g, const lm_scan_info *sca
   x->plan = comp.plan;
   x->fused = comp.fused;
   x->lanes = comp.lanes > 1 ? comp.lanes : 1;
+  x->envs = comp.envs;
   st = LM_ERR_NOMEM;
   if (!(src = lm_render_plan(x->plan, LM_DIALECT_C))) goto fail;
   lm_dump_source("cpu", "c", src, x->plan);
@@ -172,6 +176,31 @@ fail:
  * takes that form while the wide one has fewer than two blocks per thread. */
 enum { NARROW_LANES = 8 };
 
+/* A scan whose envs the graph's hints (lm_sym_hint) put below half a narrow block runs one env
+ * at a time (LUMEN_SCAN_LANES=1's form: each layer's outputs a loop in SIMD, an env a point).
+ * rlbench --only rollout, CartPole + 64x64 MLP, 128 steps, env steps/s, one at a time against
+ * 8-lane blocks: 4 envs 1.94e6 against 1.42e6 on one thread, 2.06e6 against 1.06e6 on two;
+ * 2 envs 2.00e6 against 6.98e5 and 1.66e6 against 7.12e5; 6 envs even (2.11e6, 2.13e6); 8 the
+ * blocks ahead (2.17e6 against 2.29e6). The two forms round apart where the lanes vectorise a
+ * transcendental (libmvec's sinf, expf) that one env computes in scalar code, so the form is
+ * the graph's choice (its hints), never the bound N's, the threads' or timing's: a program runs
+ * one form at every N, and a rank's part of a batch, hinted with the whole batch's envs
+ * (rollout/rollout.c), runs the form one process would. */
+enum { SINGLE_ENVS = NARROW_LANES / 2 };
+
+/* Do the graph's hints (lm_sym_hint: a rollout's envs) put the scan's envs at SINGLE_ENVS or
+ * fewer? */
+static int few_envs_hinted(const cpu_exe *x) {
+  const lm_exprs *e = &x->g->x;
+  if (!x->envs || e->nsyms > 64) return 0;
+  int64_t syms[64];
+  for (size_t i = 0; i < e->nsyms; i++) syms[i] = e->syms[i].hint;
+  uint64_t used = lm_x_syms_used(e, x->envs);
+  for (size_t i = 0; i < e->nsyms; i++)
+    if (used >> i & 1 && syms[i] < 1) return 0; /* one not hinted */
+  return lm_x_eval(e, x->envs, NULL, syms) <= SINGLE_ENVS;
+}
+
 static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan, void **out) {
   cpu_exe *x = NULL;
   int lanes = scan_lanes();
@@ -180,6 +209,14 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
       (st = prepare_lanes(ctx, g, scan, NARROW_LANES, &x->narrow)) != LM_OK) {
     cpu_unprepare(ctx, x);
     return st;
+  }
+  if (st == LM_OK && x->narrow && few_envs_hinted(x) && (st = prepare_lanes(ctx, g, scan, 1, &x->single)) != LM_OK) {
+    cpu_unprepare(ctx, x);
+    return st;
+  }
+  if (st == LM_OK && x->single && !x->single->fused) { /* not one kernel: the blocks run it */
+    cpu_unprepare(ctx, x->single);
+    x->single = NULL;
   }
   if (st == LM_OK) *out = x;
   return st;
@@ -255,6 +292,7 @@ static lm_status cpu_run(void *ctx, void *p, const lm_run_args *args) {
   if (x->fused) {
     lm_run_args a = *args;
     a.run = args->run * (uint64_t)args->syms[x->scan.sym_T];
+    if (x->single) return cpu_step(ctx, x->single, &a);
     if (x->narrow) {
       lm_status st = ensure_layout(x, args->syms);
       if (st != LM_OK) return st;
