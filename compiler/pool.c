@@ -398,7 +398,12 @@ lm_pool_judge lm_pool_judgement(const lm_pool *p) { return p->judge; }
 /* ---- a run ----------------------------------------------------------------------------------- */
 
 void lm_pool_run(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_per_thread) {
+  lm_pool_run_judged(p, fn, arg, n, min_per_thread, NULL);
+}
+
+void lm_pool_run_judged(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_per_thread, lm_pool_judge *j) {
   LM_ASSERT(p && fn);
+  if (!j) j = &p->judge;
   if (n <= 0) return;
   if (p->size == 1 || n / 2 < min_per_thread) { /* n < 2 * min, without overflow */
     fn(arg, 0, n);
@@ -409,9 +414,9 @@ void lm_pool_run(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_pe
   p->arg = arg;
   p->n = n;
   int64_t t0 = now_ns();
-  if (lm_pool_judge_solo(&p->judge, t0)) { /* the same chunks, on the caller */
+  if (lm_pool_judge_solo(j, t0)) { /* the same chunks, on the caller */
     for (int t = 0; t < p->size; t++) run_chunk(p, t);
-    p->judge.solo_runs++;
+    j->solo_runs++;
     atomic_store(&p->busy, 0);
     return;
   }
@@ -441,7 +446,7 @@ void lm_pool_run(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_pe
       while (atomic_load(&p->done) != p->size - 1) pthread_cond_wait(&p->done_cv, &p->mu);
       atomic_store(&p->caller_asleep, 0);
       pthread_mutex_unlock(&p->mu);
-      p->judge.sleeps++;
+      j->sleeps++;
       t3 = now_ns();
       break;
     }
@@ -452,7 +457,7 @@ void lm_pool_run(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_pe
   int64_t ours = (int64_t)(p->size - mine) * ((t2 - t1) / mine);
   int64_t theirs = atomic_load_explicit(&p->worker_ns, memory_order_relaxed);
   int64_t gain = (ours < theirs ? ours : theirs) - (t1 - t0) - (t3 - t2);
-  p->judge.parallel_runs++;
-  lm_pool_judge_run(&p->judge, gain, mine < p->size, t3);
+  j->parallel_runs++;
+  lm_pool_judge_run(j, gain, mine < p->size, t3);
   atomic_store(&p->busy, 0);
 }

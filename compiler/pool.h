@@ -62,5 +62,11 @@ int lm_pool_judge_run(lm_pool_judge *j, int64_t gain_ns, int helped, int64_t now
 int lm_pool_judge_solo(const lm_pool_judge *j, int64_t now);
 /* A copy of the pool's judgement (read it between runs). */
 lm_pool_judge lm_pool_judgement(const lm_pool *p);
+/* lm_pool_run judged by j (lm_pool_judge_init'ed, the caller's, NULL: the pool's own) instead of
+ * the pool's one judgement: the cpu backend keeps one per kernel, so that a kernel whose runs the
+ * workers cannot help (a few microseconds, over before a sleeping worker wakes) goes solo
+ * without taking the kernels they do help with it. On a busy machine each kernel loses its own
+ * windows and goes solo. */
+void lm_pool_run_judged(lm_pool *p, lm_pool_fn fn, void *arg, int64_t n, int64_t min_per_thread, lm_pool_judge *j);
 
 #endif

@@ -257,6 +257,37 @@ Test(pool, runs_with_slow_workers_complete_every_index_once_and_every_run_is_cou
   }
 }
 
+/* A run judged by the caller's judgement counts there, not in the pool's; a judgement sent solo
+ * keeps its runs on the caller while the pool's own runs (and another judgement's) go on in
+ * parallel. */
+Test(pool, a_callers_judgement_counts_its_runs_and_goes_solo_alone) {
+  enum { N = 1000 };
+  lm_pool *p = NULL;
+  cr_assert_eq(lm_pool_new(2, &p), LM_OK);
+  atomic_int *hits = calloc(N, sizeof *hits);
+  cr_assert(hits);
+  slow_job job = {hits, pthread_self()};
+  lm_pool_judge mine, other;
+  lm_pool_judge_init(&mine);
+  lm_pool_judge_init(&other);
+  mine.solo_until_ns = INT64_MAX; /* as if its windows had lost */
+  for (int r = 0; r < 5; r++) {
+    lm_pool_run_judged(p, slow_fn, &job, N, 1, &mine);
+    lm_pool_run_judged(p, slow_fn, &job, N, 1, &other);
+    lm_pool_run(p, slow_fn, &job, N, 1);
+  }
+  for (int i = 0; i < N; i++) cr_assert_eq(atomic_load(&hits[i]), 15, "index %d ran %d times", i, atomic_load(&hits[i]));
+  lm_pool_judge pool = lm_pool_judgement(p);
+  cr_assert(mine.solo_runs == 5 && mine.parallel_runs == 0, "mine: %lld solo, %lld parallel", (long long)mine.solo_runs,
+            (long long)mine.parallel_runs);
+  cr_assert_eq(other.parallel_runs + other.solo_runs, 5);
+  cr_assert_geq(other.parallel_runs, 1, "a fresh judgement starts parallel");
+  cr_assert_eq(pool.parallel_runs + pool.solo_runs, 5, "the pool's: %lld parallel + %lld solo",
+               (long long)pool.parallel_runs, (long long)pool.solo_runs);
+  free(hits);
+  lm_pool_free(p);
+}
+
 /* ---- the judge ------------------------------------------------------------------------------- */
 
 #define MS 1000000LL

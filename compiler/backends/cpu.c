@@ -36,6 +36,7 @@ typedef struct cpu_exe {
   uint8_t *per_step;
   int fused; /* the scan runs as one plan over all steps */
   uint8_t *fine; /* per kernel: chunks may split its outer loop anywhere (lm_kernel_fine) */
+  lm_pool_judge *judges; /* per kernel: whether its runs are worth the workers (lm_pool_run_judged) */
   int lanes;     /* envs per block of the fused scan in lanes (1: none) */
   struct cpu_exe *narrow; /* the same scan in blocks of NARROW_LANES, for few envs (or NULL) */
   struct cpu_exe *single; /* the same scan one env at a time, for fewer hinted envs (or NULL) */
@@ -103,6 +104,7 @@ static void cpu_unprepare(void *ctx, void *p) {
   lm_free(x->bufs);
   lm_free(x->per_step);
   lm_free(x->fine);
+  lm_free(x->judges);
   if (x->narrow) cpu_unprepare(ctx, x->narrow);
   if (x->single) cpu_unprepare(ctx, x->single);
   lm_free(x);
@@ -150,10 +152,12 @@ static lm_status prepare_lanes(void *ctx, lm_graph_t *g, const lm_scan_info *sca
   x->fns = lm_calloc(x->plan->nkernels + 1, sizeof *x->fns);
   if ((x->fine = lm_calloc(x->plan->nkernels + 1, 1)))
     for (size_t i = 0; i < x->plan->nkernels; i++) x->fine[i] = (uint8_t)lm_kernel_fine(&x->plan->g->x, &x->plan->kernels[i]);
+  if ((x->judges = lm_calloc(x->plan->nkernels + 1, sizeof *x->judges)))
+    for (size_t i = 0; i < x->plan->nkernels; i++) lm_pool_judge_init(&x->judges[i]);
   x->bufs = lm_calloc(x->plan->nbufs + 1, sizeof *x->bufs);
   x->layout_syms = lm_calloc(x->g->x.nsyms + 1, sizeof *x->layout_syms);
   st = LM_ERR_NOMEM;
-  if (!x->fns || !x->bufs || !x->layout_syms) goto fail;
+  if (!x->fns || !x->bufs || !x->layout_syms || !x->judges) goto fail;
   for (size_t i = 0; i < x->plan->nkernels; i++) {
     void *sym = lm_cc_sym(x->lib, x->plan->kernels[i].name);
     if (!sym) {
@@ -277,7 +281,7 @@ static lm_status cpu_step(void *ctx, void *p, const lm_run_args *args) {
     int64_t n = x->layout.extent[i];
     lm_cpu_cut cut = lm_cpu_cut_of(x->fine && x->fine[i], n, x->layout.cost[i]);
     launch l = {x->fns[i], x->bufs, args->syms, rng, cut.unit, n};
-    lm_pool_run(c->pool, run_chunk, &l, (n + cut.unit - 1) / cut.unit, cut.min_chunks);
+    lm_pool_run_judged(c->pool, run_chunk, &l, (n + cut.unit - 1) / cut.unit, cut.min_chunks, &x->judges[i]);
   }
   for (size_t i = 0; i < plan->ncopies; i++) {
     const lm_copy *cp = &plan->copies[i];
