@@ -1052,11 +1052,11 @@ static int point_span(lm_exprs *x, const lm_kernel *k, const lm_stmt *s, lm_expr
       inside |= l == k->npar - 1;
       continue;
     }
-    const lm_xnode *e = lm_x_node(x, k->loops[l].extent);
+    const lm_xnode e = *lm_x_node(x, k->loops[l].extent); /* a copy: the arena may grow */
     int64_t d = 0;
-    if (e->op != LM_X_CONST || e->v < 1 || !lm_x_step(x, s->idx, l, (int)k->nloops, &d)) return 0;
-    lmap[l] = lm_x_const(x, d >= 0 ? 0 : e->v - 1);
-    hmap[l] = lm_x_const(x, d >= 0 ? e->v - 1 : 0);
+    if (e.op != LM_X_CONST || e.v < 1 || !lm_x_step(x, s->idx, l, (int)k->nloops, &d)) return 0;
+    lmap[l] = lm_x_const(x, d >= 0 ? 0 : e.v - 1);
+    hmap[l] = lm_x_const(x, d >= 0 ? e.v - 1 : 0);
   }
   *lo = lm_x_simplify(x, lm_x_subst(x, s->idx, lmap, (int)k->nloops), NULL);
   *hi = lm_x_simplify(x, lm_x_subst(x, s->idx, hmap, (int)k->nloops), NULL);
@@ -1097,9 +1097,9 @@ static int point_local(lm_exprs *x, const lm_kernel *a, const lm_kernel *b, uint
   for (int j = 0; j < a->npar && j < LM_MAX_RANK; j++, n++) {
     int64_t d = 0;
     if (!lm_x_step(x, ref, j, (int)a->nloops, &d)) return 0;
-    const lm_xnode *e = lm_x_node(x, a->loops[j].extent);
+    const lm_xnode e = *lm_x_node(x, a->loops[j].extent);
     stride[n] = d < 0 ? -d : d;
-    extent[n] = e->op == LM_X_CONST ? e->v : -1;
+    extent[n] = e.op == LM_X_CONST ? e.v : -1;
   }
   if (n != a->npar) return 0;
   for (int i = 1; i < n; i++) /* ascending strides */
