@@ -975,14 +975,16 @@ Test(schedule, a_layer_runs_inside_the_one_before_only_where_it_reads_its_own_ro
 }
 
 /* Sums over the batch of three shapes (8 columns, 3 columns, everything) and a row-wise
- * square: independent kernels over different domains, stacked into one whose points test which
- * member they run; the same values as ref, N = 37. Without stacks they stay apart. */
+ * product (N rows: a member after it starts at a symbolic point): independent kernels over
+ * different domains, stacked into one whose points test which member they run; the same values
+ * as ref, N = 37. Without stacks they stay apart. */
 static lm_graph_t *three_sums(void) {
   lm_graph_t *g = lm_graph_new();
   lm_dim N = lm_sym(g, "N");
   lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 8});
   lm_tensor y = lm_input(g, "y", LM_ROLE_DATA, 2, (lm_dim[]){N, 3});
   OK(lm_output(lm_sum_reduce(x, 0), "sx"));
+  OK(lm_output(lm_mul(lm_sin(y), y), "py"));
   OK(lm_output(lm_sum_reduce(lm_mul(y, y), 0), "sy"));
   OK(lm_output(lm_sum_reduce(lm_sum_reduce(x, 1), 0), "s"));
   return g;
@@ -990,11 +992,11 @@ static lm_graph_t *three_sums(void) {
 
 Test(schedule, independent_sums_of_three_shapes_run_as_one_stacked_kernel_with_refs_values) {
   static const feed in[] = {{"x", -1, 1}, {"y", -1, 1}};
-  static const char *const out[] = {"sx", "sy", "s"};
+  static const char *const out[] = {"sx", "py", "sy", "s"};
   lm_graph_t *g = three_sums();
-  lm_program_stats on = run_both(g, 37, in, 2, out, 3);
+  lm_program_stats on = run_both(g, 37, in, 2, out, 4);
   setenv("LUMEN_NO_STACK", "1", 1);
-  lm_program_stats off = run_both(g, 37, in, 2, out, 3);
+  lm_program_stats off = run_both(g, 37, in, 2, out, 4);
   unsetenv("LUMEN_NO_STACK");
   cr_log_info("three sums: %d kernels stacked, %d apart", on.kernels, off.kernels);
   cr_assert_eq(on.kernels, 1, "stacked: %d kernels", on.kernels);
