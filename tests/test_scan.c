@@ -665,7 +665,7 @@ Test(scan, lanes_match_ref_and_one_env_at_a_time_for_partial_and_whole_blocks_on
   }
 }
 
-/* A scan whose envs a hint (lm_sym_hint) puts at 4 or fewer (half a block of 8) runs one env at
+/* A scan whose envs a hint (lm_sym_hint) puts at 8 or fewer (one block of 8) runs one env at
  * a time, a form the cpu backend builds with the program; without the hint it runs in blocks,
  * whatever N a run binds (the form is the graph's choice: compiler/backends/cpu.c). The dumped
  * loop IR tells the forms apart (one env a point: "par i0 < N"), and every run agrees with

@@ -188,20 +188,20 @@ static float *rollout_outputs(int64_t n, const char *lanes) {
   return out;
 }
 
-/* A rollout of at most 4 envs runs one env at a time (compiler/backends/cpu.c, SINGLE_ENVS):
- * bit for bit what LUMEN_SCAN_LANES=1 builds; 6 envs run in blocks of 8, bit for bit
+/* A rollout of at most 8 envs runs one env at a time (compiler/backends/cpu.c, SINGLE_ENVS):
+ * bit for bit what LUMEN_SCAN_LANES=1 builds; 12 envs run in blocks of 8, bit for bit
  * LUMEN_SCAN_LANES=8's. The two forms round apart (vector and scalar sinf and expf): logged.
  * (test_dist: a rank's part runs the whole batch's form.) */
 Test(train, a_rollout_of_few_envs_runs_one_env_at_a_time_and_more_in_blocks) {
-  static const int64_t ns[2] = {4, 6};
+  static const int64_t ns[2] = {8, 12};
   for (int i = 0; i < 2; i++) {
     int64_t n = ns[i];
     size_t m = (size_t)(2 * 32 * n);
     float *dflt = rollout_outputs(n, NULL), *one = rollout_outputs(n, "1"), *blocks = rollout_outputs(n, "8");
-    const float *want = n <= 4 ? one : blocks;
+    const float *want = n <= 8 ? one : blocks;
     for (size_t k = 0; k < m; k++)
       cr_assert(!memcmp(&dflt[k], &want[k], sizeof(float)), "%lld envs, value %zu: %a, the %s form's %a", (long long)n, k,
-                (double)dflt[k], n <= 4 ? "one-env" : "blocks", (double)want[k]);
+                (double)dflt[k], n <= 8 ? "one-env" : "blocks", (double)want[k]);
     int apart = 0;
     for (size_t k = 0; k < m; k++) apart += memcmp(&one[k], &blocks[k], sizeof(float)) != 0;
     cr_log_info("%lld envs: the one-env and block forms differ in %d of %zu values", (long long)n, apart, m);

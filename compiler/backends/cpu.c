@@ -180,17 +180,20 @@ fail:
  * takes that form while the wide one has fewer than two blocks per thread. */
 enum { NARROW_LANES = 8 };
 
-/* A scan whose envs the graph's hints (lm_sym_hint) put below half a narrow block runs one env
- * at a time (LUMEN_SCAN_LANES=1's form: each layer's outputs a loop in SIMD, an env a point).
- * rlbench --only rollout, CartPole + 64x64 MLP, 128 steps, env steps/s, one at a time against
- * 8-lane blocks: 4 envs 1.94e6 against 1.42e6 on one thread, 2.06e6 against 1.06e6 on two;
- * 2 envs 2.00e6 against 6.98e5 and 1.66e6 against 7.12e5; 6 envs even (2.11e6, 2.13e6); 8 the
- * blocks ahead (2.17e6 against 2.29e6). The two forms round apart where the lanes vectorise a
- * transcendental (libmvec's sinf, expf) that one env computes in scalar code, so the form is
- * the graph's choice (its hints), never the bound N's, the threads' or timing's: a program runs
- * one form at every N, and a rank's part of a batch, hinted with the whole batch's envs
- * (rollout/rollout.c), runs the form one process would. */
-enum { SINGLE_ENVS = NARROW_LANES / 2 };
+/* A scan whose envs the graph's hints (lm_sym_hint) put at one narrow block or fewer runs one env
+ * at a time (LUMEN_SCAN_LANES=1's form: each layer's outputs a loop in SIMD, an env a point), so
+ * that its envs spread over the threads where a block would keep them on one. rlbench --only
+ * rollout, CartPole + 64x64 MLP, 128 steps, env steps/s, one at a time against 8-lane blocks:
+ * 4 envs 2.10e6 against 1.42e6 on one thread, 3.02e6-3.45e6 against 1.45e6 on two; 8 envs
+ * 2.15e6 against 2.33e6 on one thread, 3.20e6-3.87e6 against 2.18e6-2.34e6 on two; 12 envs
+ * (two blocks) 1.86e6 against 2.17e6-2.25e6 on two. rltrain cartpole with defaults (8 envs),
+ * 500k steps, medians interleaved: 0.505 s against 0.564 s on two threads, 0.738 against 0.705
+ * on one. The two forms round apart where the lanes vectorise a transcendental (libmvec's sinf,
+ * expf) that one env computes in scalar code, so the form is the graph's choice (its hints),
+ * never the bound N's, the threads' or timing's: a program runs one form at every N, and a
+ * rank's part of a batch, hinted with the whole batch's envs (rollout/rollout.c), runs the form
+ * one process would. */
+enum { SINGLE_ENVS = NARROW_LANES };
 
 /* Do the graph's hints (lm_sym_hint: a rollout's envs) put the scan's envs at SINGLE_ENVS or
  * fewer? */
@@ -209,21 +212,24 @@ static lm_status cpu_prepare(void *ctx, lm_graph_t *g, const lm_scan_info *scan,
   cpu_exe *x = NULL;
   int lanes = scan_lanes();
   lm_status st = prepare_lanes(ctx, g, scan, lanes, &x);
-  if (st == LM_OK && x->lanes > NARROW_LANES && !getenv("LUMEN_SCAN_LANES") &&
-      (st = prepare_lanes(ctx, g, scan, NARROW_LANES, &x->narrow)) != LM_OK) {
+  if (st != LM_OK) return st;
+  int forms = x->lanes > NARROW_LANES && !getenv("LUMEN_SCAN_LANES"); /* other lane widths */
+  if (forms && few_envs_hinted(x)) { /* one env at a time: the narrow blocks are not needed */
+    if ((st = prepare_lanes(ctx, g, scan, 1, &x->single)) != LM_OK) {
+      cpu_unprepare(ctx, x);
+      return st;
+    }
+    if (!x->single->fused) { /* not one kernel: the blocks run it */
+      cpu_unprepare(ctx, x->single);
+      x->single = NULL;
+    }
+  }
+  if (forms && !x->single && (st = prepare_lanes(ctx, g, scan, NARROW_LANES, &x->narrow)) != LM_OK) {
     cpu_unprepare(ctx, x);
     return st;
   }
-  if (st == LM_OK && x->narrow && few_envs_hinted(x) && (st = prepare_lanes(ctx, g, scan, 1, &x->single)) != LM_OK) {
-    cpu_unprepare(ctx, x);
-    return st;
-  }
-  if (st == LM_OK && x->single && !x->single->fused) { /* not one kernel: the blocks run it */
-    cpu_unprepare(ctx, x->single);
-    x->single = NULL;
-  }
-  if (st == LM_OK) *out = x;
-  return st;
+  *out = x;
+  return LM_OK;
 }
 
 
