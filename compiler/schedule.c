@@ -1131,11 +1131,10 @@ static int outer_reads(const lm_kernel *a, const lm_kernel *b) {
   return 0;
 }
 
+/* B into A (their domains already cut to the same parallel loops, chainable_demoted)? */
 static int chainable(lm_exprs *x, const lm_kernel *a, const lm_kernel *b) {
   if (a->group || b->group || a->fixed || b->fixed || a->contract != b->contract) return 0;
-  if (a->npar < 1 || a->npar != b->npar || a->nloops + b->nloops > CHAIN_LOOPS) return 0;
-  for (int l = 0; l < a->npar; l++)
-    if (a->loops[l].extent != b->loops[l].extent) return 0;
+  if (a->nloops + b->nloops > CHAIN_LOOPS) return 0;
   for (size_t i = 0; i < b->nstmts; i++) {
     const lm_stmt *s = &b->stmts[i];
     if (s->local) continue;
@@ -1255,13 +1254,12 @@ static int member_ok(const lm_kernel *k) {
 
 static lm_expr domain_of(lm_exprs *x, const lm_kernel *k) { return k->npar ? k->loops[0].extent : lm_x_const(x, 1); }
 
-/* Member b into stack s, at points [at, at + b's domain). */
-static void add_member(mg *m, lm_expr at) {
+/* Member b into stack s, at points [at, end). */
+static void add_member(mg *m, lm_expr at, lm_expr end) {
   lm_exprs *x = m->x;
   const lm_kernel *b = m->b;
   lm_kernel *s = m->a;
-  lm_expr q = lm_x_var(x, 0), end = lm_x_simplify(x, lm_x_add(x, at, domain_of(x, b)), NULL);
-  lm_expr when = lm_x_lt(x, q, end);
+  lm_expr q = lm_x_var(x, 0), when = lm_x_lt(x, q, end);
   if (!lm_x_is_const(x, at, 0)) when = lm_x_and(x, lm_x_lt(x, lm_x_sub(x, at, lm_x_const(x, 1)), q), when);
   int32_t g = lm_kernel_add_loop(s, 0, lm_x_const(x, 1), LM_L_SERIAL);
   if (g < 0) {
@@ -1283,11 +1281,11 @@ static void add_member(mg *m, lm_expr at) {
 
 /* Puts b into s (a stack) at its end; 1 when done, -1 when memory ran out. */
 static int stack_onto(lm_exprs *x, lm_kernel *s, const lm_kernel *b) {
-  lm_expr at = s->loops[0].extent;
+  lm_expr at = s->loops[0].extent, end = lm_x_simplify(x, lm_x_add(x, at, domain_of(x, b)), NULL);
   mg m;
-  if (mg_begin(&m, s, b, x)) add_member(&m, at);
+  if (mg_begin(&m, s, b, x)) add_member(&m, at, end);
   else m.ok = 0;
-  s->loops[0].extent = lm_x_simplify(x, lm_x_add(x, at, domain_of(x, b)), NULL);
+  s->loops[0].extent = end;
   return mg_end(&m);
 }
 
