@@ -1707,7 +1707,7 @@ static int bench_rollout(const opts *o) {
       "  here), so at most 2 calls are timed (med = their mean), with no warm-up call (the kernels are\n"
       "  compiled in lm_rollout_new; first-touch costs are a few ms). Below each env: the policy's forward\n"
       "  FLOPs per env step (2 x rows x cols of each weight; a convolution's at every pixel) at the device's\n"
-      "  steps/s, against the FMA peak on as many threads (ten chains of 8-lane FMAs, as the search reads it).\n",
+      "  steps/s, against the FMA peak on as many threads (ten chains of FMAs 16 lanes wide with AVX-512, else 8).\n",
       (long long)n, (long long)T);
   say("  %-22s %3s %-7s %5s %9s %9s %9s %5s %8s %8s %9s %s\n", "env", "thr", "stepper", "kern", "steps/s", "best/s",
       "ms/call", "cpu", "x host", "ep len", "ep ret", "reps x iters");
@@ -2226,9 +2226,11 @@ static int search_row(const char *name, const lm_graph_t *g, const char *const *
 
 /* ---- this CPU's FMA peak, the ceiling the search's GFLOP/s are read against */
 
-/* Ten independent chains of 8-lane a*x + y, contracted to FMAs: 160 FLOP per iteration, no
- * memory. Built by the kernel compiler with the kernels' flags (-march=native), so it runs the
- * instructions a searched kernel can use. */
+/* Ten independent chains of a*x + y in the widest vectors the kernels' flags give (16 lanes
+ * with AVX-512, else 8), contracted to FMAs: 20 FLOP a lane per iteration, no memory. Built by
+ * the kernel compiler with the kernels' flags (-march=native), so it runs the instructions a
+ * kernel can use. 8 lanes on an AVX-512 host read half its peak: 189 against 350 GFLOP/s on
+ * two cores of a Xeon (model 207) where a 16-lane loop ran 175 GFLOP/s on each. */
 static const char fma_peak_src[] =
     "#include <stdint.h>\n"
     "#if defined(__clang__)\n"
@@ -2236,19 +2238,28 @@ static const char fma_peak_src[] =
     "#elif defined(__GNUC__)\n"
     "#pragma GCC optimize(\"fp-contract=fast\")\n"
     "#endif\n"
-    "typedef float v8 __attribute__((vector_size(32)));\n"
+    "#if defined(__AVX512F__)\n"
+    "#define LANES 16\n"
+    "#else\n"
+    "#define LANES 8\n"
+    "#endif\n"
+    "typedef float v __attribute__((vector_size(LANES * 4)));\n"
+    "int lm_fma_lanes(void) { return LANES; }\n"
     "float lm_fma_peak(int64_t n) {\n"
-    "  const v8 x = {0.999999f, 0.999998f, 0.999997f, 0.999996f, 0.999995f, 0.999994f, 0.999993f, 0.999992f};\n"
-    "  const v8 y = x * 1e-6f;\n"
-    "  v8 a0 = x, a1 = x + 1, a2 = x + 2, a3 = x + 3, a4 = x + 4, a5 = x + 5, a6 = x + 6, a7 = x + 7, a8 = x + 8, a9 = x + 9;\n"
+    "  v x, y;\n"
+    "  for (int l = 0; l < LANES; l++) x[l] = 0.999999f - 1e-6f * (float)l;\n"
+    "  y = x * 1e-6f;\n"
+    "  v a0 = x, a1 = x + 1, a2 = x + 2, a3 = x + 3, a4 = x + 4, a5 = x + 5, a6 = x + 6, a7 = x + 7, a8 = x + 8, a9 = x + 9;\n"
     "  for (int64_t i = 0; i < n; i++) {\n"
     "    a0 = a0 * x + y; a1 = a1 * x + y; a2 = a2 * x + y; a3 = a3 * x + y; a4 = a4 * x + y;\n"
     "    a5 = a5 * x + y; a6 = a6 * x + y; a7 = a7 * x + y; a8 = a8 * x + y; a9 = a9 * x + y;\n"
     "  }\n"
-    "  const v8 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;\n"
-    "  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];\n"
+    "  const v s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;\n"
+    "  float t = 0;\n"
+    "  for (int l = 0; l < LANES; l++) t += s[l];\n"
+    "  return t;\n"
     "}\n";
-enum { FMA_PEAK_FLOP = 160, FMA_PEAK_MAX_THREADS = 64 };
+enum { FMA_PEAK_FLOP_PER_LANE = 20, FMA_PEAK_MAX_THREADS = 64 };
 
 typedef float (*fma_peak_fn)(int64_t n);
 typedef struct peak_job {
@@ -2265,7 +2276,7 @@ static void *peak_thread(void *arg) {
 
 /* GFLOP/s of `threads` threads each running n iterations at once: the best of 25 (about 0.15 s
  * in all; with 9 a slow spell of the machine once read 195 GFLOP/s on two threads for 214). */
-static double peak_gflops(fma_peak_fn fn, int64_t n, int threads) {
+static double peak_gflops(fma_peak_fn fn, int lanes, int64_t n, int threads) {
   double best = INFINITY;
   for (int r = 0; r < 25; r++) {
     peak_job jobs[FMA_PEAK_MAX_THREADS];
@@ -2284,7 +2295,7 @@ static double peak_gflops(fma_peak_fn fn, int64_t n, int threads) {
     if (started != threads - 1) return NAN;
     if (t < best) best = t;
   }
-  return (double)FMA_PEAK_FLOP * (double)n * threads / best * 1e-9;
+  return (double)FMA_PEAK_FLOP_PER_LANE * lanes * (double)n * threads / best * 1e-9;
 }
 
 /* The FMA peak on one thread and on `threads` threads, 0 on success; the kernel compiler's
@@ -2295,18 +2306,21 @@ static int fma_peak(int threads, double *one, double *all) {
   lm_cc *cc = NULL;
   lm_cc_lib *lib = NULL;
   fma_peak_fn fn = NULL;
-  if (lm_cc_open(&cc) == LM_OK && lm_cc_build(cc, fma_peak_src, &lib) == LM_OK)
+  int (*lanes)(void) = NULL;
+  if (lm_cc_open(&cc) == LM_OK && lm_cc_build(cc, fma_peak_src, &lib) == LM_OK) {
     fn = (fma_peak_fn)(uintptr_t)lm_cc_sym(lib, "lm_fma_peak");
-  if (fn) {
-    const int64_t n = 4000000; /* 640 MFLOP a thread: about 6 ms at 100 GFLOP/s */
-    *one = peak_gflops(fn, n, 1);
-    *all = peak_gflops(fn, n, threads);
+    lanes = (int (*)(void))(uintptr_t)lm_cc_sym(lib, "lm_fma_lanes");
+  }
+  if (fn && lanes) {
+    const int64_t n = 4000000; /* 640 MFLOP a thread at 8 lanes: about 6 ms at 100 GFLOP/s */
+    *one = peak_gflops(fn, lanes(), n, 1);
+    *all = peak_gflops(fn, lanes(), n, threads);
   } else {
     fprintf(stderr, "rlbench: FMA peak not measured (%s)\n", lm_last_error());
   }
   lm_cc_lib_close(lib);
   lm_cc_close(cc);
-  return fn ? 0 : 1;
+  return fn && lanes ? 0 : 1;
 }
 
 /* A weight's multiply-adds per row in the update: its forward product, its gradient, and the
@@ -2349,7 +2363,7 @@ static int bench_search(const opts *o) {
   double peak1 = NAN, peak = NAN;
   if (!strcmp(dev, "cpu")) {
     fma_peak(threads, &peak1, &peak);
-    say("  FMA peak of this cpu (ten chains of 8-lane FMAs, built by the kernel compiler): %.0f GFLOP/s on 1\n"
+    say("  FMA peak of this cpu (ten chains of 16-lane FMAs with AVX-512, else 8-lane, built by the kernel compiler): %.0f GFLOP/s on 1\n"
         "  thread, %.0f on %d; below each graph, its matmuls' GFLOP/s in both plans against that peak.\n",
         peak1, peak, threads);
     record *r = rec_new("search", "fma_peak");
