@@ -1061,6 +1061,95 @@ Test(schedule, a_graph_that_allows_contraction_renders_fmas_and_agrees_with_the_
   }
 }
 
+/* Reductions that carry a few floats from one iteration to the next (a 64 -> 2 head over jammed
+ * rows, a row's sum of squares) are printed under LM_REASSOC in a graph that allows
+ * contraction, so that clang sums them in vector partial sums rather than waiting on each add
+ * (render.c, latency_bound); no block under it touches a local array of more than 16 floats
+ * (a 64-wide layer's register tile), and a plain graph has none. The contracted result agrees
+ * with the reference within rounding and is the same bits on one thread and on three. */
+static int reassoc_blocks(const char *src, int *wide) {
+  int n = 0;
+  *wide = 0;
+  for (const char *at = strstr(src, "LM_REASSOC\n"); at; at = strstr(at + 1, "LM_REASSOC\n")) {
+    if (at >= src + 8 && !strncmp(at - 8, "#define ", 8)) continue; /* the prelude's */
+    n++;
+    const char *open = at; /* the block it opens: from its '{' to the matching '}' */
+    while (open > src && *open != '{') open--;
+    int depth = 0;
+    const char *end = open;
+    for (; *end; end++) {
+      depth += *end == '{';
+      depth -= *end == '}';
+      if (!depth) break;
+    }
+    for (const char *l = strstr(open, " l"); l && l < end; l = strstr(l + 1, " l")) {
+      int id, used = 0;
+      if (sscanf(l + 2, "%d[%n", &id, &used) != 1 || !used) continue;
+      char decl[48];
+      snprintf(decl, sizeof decl, "float l%d[", id);
+      const char *d = strstr(src, decl);
+      long long size = 0;
+      cr_assert(d && sscanf(d + strlen(decl), "%lld", &size) == 1, "local l%d has no declaration", id);
+      *wide += size > 16;
+    }
+  }
+  return n;
+}
+
+Test(schedule, narrow_reductions_of_a_contracting_graph_may_be_summed_in_another_order) {
+  enum { ROWS = 37 };
+  for (int on = 0; on < 2; on++) {
+    lm_graph_t *g = lm_graph_new();
+    lm_dim N = lm_sym(g, "N");
+    lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 64});
+    lm_tensor w = lm_input(g, "w", LM_ROLE_PARAM, 2, (lm_dim[]){64, 64});
+    lm_tensor v = lm_input(g, "v", LM_ROLE_PARAM, 2, (lm_dim[]){64, 2});
+    lm_tensor h = lm_tanh(lm_matmul(x, w));
+    OK(lm_output(lm_matmul(h, v), "y"));
+    OK(lm_output(lm_sum(lm_mul(h, h), 1, 0), "sq"));
+    lm_graph_set_contraction(g, on);
+    lm_compiled comp;
+    lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+    OK(lm_compile_ex(g, NULL, &co, &comp));
+    char *src = lm_render_plan(comp.plan, LM_DIALECT_C);
+    cr_assert(src, "%s", lm_last_error());
+    int wide = 0, n = reassoc_blocks(src, &wide);
+    if (on) cr_assert_geq(n, 2, "contracting: %d loops under LM_REASSOC (the head and the sum of squares):\n%s", n, src);
+    else cr_assert_eq(n, 0, "plain: %d loops under LM_REASSOC", n);
+    cr_assert_eq(wide, 0, "%d wide local arrays under LM_REASSOC:\n%s", wide, src);
+    lm_free(src);
+    lm_compiled_free(&comp);
+
+    check_rng r = check_rng_new(5);
+    float xv[ROWS * 64], wv[64 * 64], vv[64 * 2], out[3][ROWS * 3];
+    double wd[ROWS * 3];
+    check_fill(&r, xv, ROWS * 64, -1, 1, 0.01);
+    check_fill(&r, wv, 64 * 64, -0.2, 0.2, 0.01);
+    check_fill(&r, vv, 64 * 2, -0.5, 0.5, 0.01);
+    for (int t = 0; t < 3; t++) { /* the ref, then the cpu on 1 and on 3 threads */
+      if (t) setenv("LUMEN_THREADS", t == 1 ? "1" : "3", 1);
+      lm_backend_t *b = lm_backend_new(t ? "cpu" : "ref");
+      unsetenv("LUMEN_THREADS");
+      cr_assert(b, "%s", lm_last_error());
+      lm_program_t *p = lm_program_new(b, g);
+      cr_assert(p, "%s", lm_last_error());
+      OK(lm_program_bind(p, "N", ROWS));
+      OK(lm_program_write(p, "x", xv, ROWS * 64));
+      OK(lm_program_write(p, "w", wv, 64 * 64));
+      OK(lm_program_write(p, "v", vv, 64 * 2));
+      OK(lm_program_run(p));
+      OK(lm_program_read(p, "y", out[t], ROWS * 2));
+      OK(lm_program_read(p, "sq", out[t] + ROWS * 2, ROWS));
+      lm_program_free(p);
+      lm_backend_free(b);
+    }
+    for (int i = 0; i < ROWS * 3; i++) wd[i] = out[0][i];
+    check_close(on ? "contracted" : "plain", out[1], wd, ROWS * 3, 1e-5, 1e-5);
+    check_same_bits("1 thread against 3", out[1], out[2], ROWS * 3);
+    lm_graph_free(g);
+  }
+}
+
 /* A dense tanh layer's kernel (its tanh an exp2 and a 1/x) is jammed, rows four or more at a
  * time, only where the graph allows contraction: there exp2 is the inline polynomial and 1/x a
  * division, the same bits per element in any vector form (compiler/jam.c); elsewhere clang

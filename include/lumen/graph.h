@@ -64,11 +64,13 @@ lm_graph_t *lm_graph_new(void);
 void lm_graph_free(lm_graph_t *g);
 
 /* Contraction: with on != 0 the cpu backend may compute a*b + c as one FMA (one rounding where
- * the reference interpreter rounds twice), in the kernels of this graph's plain plans (not in a
- * fused scan's), and runs those kernels with subnormals flushed to zero (x86: MXCSR FTZ and DAZ,
+ * the reference interpreter rounds twice), and a reduction that carries at most 16 floats from
+ * one step to the next (a narrow layer's dot products, a row's sum of squares) in partial sums
+ * of the C compiler's choosing, in the kernels of this graph's plain plans (not in a fused
+ * scan's), and runs those kernels with subnormals flushed to zero (x86: MXCSR FTZ and DAZ,
  * restored after each call). Results then match the reference within rounding, not bit for bit;
- * each run of one program still gives the same bits. Off by default; PPO turns it on for its
- * update, bootstrap and rollout graphs (lm_ppo_config.exact = 0). */
+ * each run of one program still gives the same bits, on any number of threads. Off by default;
+ * PPO turns it on for its update, bootstrap and rollout graphs (lm_ppo_config.exact = 0). */
 void lm_graph_set_contraction(lm_graph_t *g, int on);
 
 /* A promise about the values of this graph: every input and every value a node computes is

@@ -28,7 +28,8 @@ typedef struct lm_ppo_config {
   lm_policy_config policy;
   lm_stepper stepper;
   int exact; /* 1: the update keeps the reference's rounding on every backend; 0 (the default):
-              * its cpu kernels may contract a*b + c into FMAs (lm_graph_set_contraction) */
+              * its cpu kernels may contract a*b + c into FMAs and sum narrow reductions in
+              * partial sums (lm_graph_set_contraction) */
 } lm_ppo_config;
 
 /* Defaults tuned for the env (CartPole solves out of the box). */
