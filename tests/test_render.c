@@ -904,6 +904,130 @@ Test(render_c, a_contracted_kernels_exp2_is_the_polynomial_within_6e_7_of_exp2) 
   fx_free(f);
 }
 
+/* ---- a point loop's scalar head printed as a loop of its own (render.c, point_fission) ------
+ * Per row p < 37: y[p] = a[p] * 2 + 1 (or log2(a[p] * a[p] + 1)), then z[p, j] = y[p] * w[j] for
+ * j < 64, y[p] read back from memory (FIS_MEM, FIS_LOG, FIS_CLOG: contracting) or used as the
+ * head computed it (FIS_SSA: the loop cannot split). */
+enum { FIS_MEM, FIS_SSA, FIS_LOG, FIS_CLOG };
+static int fis_variant;
+
+static void verify_fis(const fx *f, double rtol) {
+  (void)rtol;
+  const float *a = f->buf[0], *w = f->buf[1], *y = f->buf[2], *z = f->buf[3];
+  int lg = fis_variant == FIS_LOG || fis_variant == FIS_CLOG;
+  for (int p = 0; p < 37; p++) {
+    float want = lg ? (float)log2((double)(a[p] * a[p] + 1.0f)) : a[p] * 2.0f + 1.0f;
+    expect_float("y", (size_t)p, y[p], want, lg ? 3e-7 : 0.0);
+    for (int j = 0; j < 64; j++) expect_float("z", (size_t)(p * 64 + j), z[p * 64 + j], y[p] * w[j], 0.0);
+  }
+}
+
+static fx *fx_fis(void) {
+  fx *f = fx_new();
+  lm_expr n = xsym(f, "N", 37);
+  uint32_t a = fx_buf(f, LM_BUF_INPUT, 37, 0), w = fx_buf(f, LM_BUF_INPUT, 64, 0);
+  uint32_t y = fx_buf(f, LM_BUF_OUTPUT, 37, 0), z = fx_buf(f, LM_BUF_OUTPUT, 37 * 64, 0);
+  fx_fill(f, a, 3, -2, 2);
+  fx_fill(f, w, 4, -1, 1);
+  lm_kernel *k = fx_kernel(f, "k0_fis");
+  int32_t p = loop(k, -1, n, LM_L_PARALLEL);
+  k->npar = 1;
+  k->contract = fis_variant == FIS_CLOG;
+  uint32_t av = s_load(f, k, p, a, xv(f, 0), 0, -1), v;
+  if (fis_variant == FIS_LOG || fis_variant == FIS_CLOG)
+    v = s_op(k, p, LM_S_LOG2, s_op(k, p, LM_S_ADD, s_op(k, p, LM_S_MUL, av, av), s_const(k, p, 1.0f, -1)), 0);
+  else v = s_op(k, p, LM_S_ADD, s_op(k, p, LM_S_MUL, av, s_const(k, p, 2.0f, -1)), s_const(k, p, 1.0f, -1));
+  s_store(f, k, p, y, xv(f, 0), v);
+  uint32_t yb = fis_variant == FIS_SSA ? v : s_load(f, k, p, y, xv(f, 0), 0, -1);
+  int32_t j = loop(k, p, xc(f, 64), LM_L_SERIAL);
+  s_store(f, k, j, z, xadd(f, xmul(f, xv(f, 0), xc(f, 64)), xv(f, j)),
+          s_op(k, j, LM_S_MUL, yb, s_load(f, k, j, w, xv(f, j), 0, -1)));
+  f->verify = verify_fis;
+  return f;
+}
+
+/* How many loops over the chunk's points the kernel prints, and whether the first has a loop. */
+static int point_loops(const char *k, int *first_nested) {
+  int n = 0;
+  const char *at = strstr(k, "for (int64_t i0 = start"), *first = at;
+  for (; at; at = strstr(at + 1, "for (int64_t i0 = start")) n++;
+  const char *second = first ? strstr(first + 1, "for (int64_t i0 = start") : NULL, *inner = first ? strstr(first + 1, "for (") : NULL;
+  *first_nested = inner && (!second || inner < second);
+  return n;
+}
+
+Test(render_c, a_point_loops_scalar_head_runs_as_a_loop_of_its_own_where_the_rest_reads_it_from_memory) {
+  static const struct {
+    int variant, loops;
+  } cases[] = {{FIS_MEM, 2}, {FIS_SSA, 1}, {FIS_LOG, 1}, {FIS_CLOG, 2}};
+  for (size_t c = 0; c < CHECK_COUNT(cases); c++) {
+    fis_variant = cases[c].variant;
+    for (int chunks = 1; chunks <= 3; chunks += 2) fx_free(run_c_fixture(fx_fis, chunks));
+    fx *f = fx_fis();
+    char *src = render(f, LM_DIALECT_C);
+    const char *k = kernel_text(src, "k0_fis");
+    int nested = 0, n = point_loops(k, &nested);
+    cr_assert_eq(n, cases[c].loops, "variant %d: %d point loops in:\n%s", cases[c].variant, n, k);
+    if (n == 2) cr_assert(!nested, "variant %d: the head has a loop inside:\n%s", cases[c].variant, k);
+    if (cases[c].variant == FIS_CLOG) expect_in(k, "lm_log2_c(");
+    if (cases[c].variant == FIS_LOG) expect_in(k, "lm_log2(");
+    free(src);
+    fx_free(f);
+  }
+}
+
+/* The contracting kernels' log2 (lm_log2_c) within 1.5 ulp of log2 over 2^20 floats of every
+ * exponent, -inf at 0 and at subnormals (flushed), NaN below 0 and at NaN, inf at inf. */
+enum { CLOG_N = 1 << 20 };
+static void verify_clog(const fx *f, double rtol) {
+  (void)rtol;
+  const float *x = f->buf[0], *y = f->buf[1];
+  for (size_t i = 0; i < CLOG_N; i++) {
+    float got = y[i];
+    if (isnan(x[i]) || x[i] < 0) cr_assert(isnan(got), "log2(%a) = %a, want NaN", (double)x[i], (double)got);
+    else if (x[i] == 0 || fpclassify(x[i]) == FP_SUBNORMAL) cr_assert(got == -INFINITY, "log2(%a) = %a", (double)x[i], (double)got);
+    else if (isinf(x[i])) cr_assert(got == INFINITY, "log2(inf) = %a", (double)got);
+    else {
+      double want = log2((double)x[i]), ulp = nextafterf((float)fabs(want), INFINITY) - (float)fabs(want);
+      if (want == 0) cr_assert(got == 0, "log2(1) = %a", (double)got);
+      else cr_assert(fabs(got - want) <= 1.5 * ulp, "log2(%a) = %a, want %a (%.2f ulp)", (double)x[i], (double)got, want,
+                     fabs(got - want) / ulp);
+    }
+  }
+}
+
+static fx *fx_clog(void) {
+  fx *f = fx_new();
+  uint32_t in = fx_buf(f, LM_BUF_INPUT, CLOG_N, 0), out = fx_buf(f, LM_BUF_OUTPUT, CLOG_N, 0);
+  float *x = f->buf[in];
+  uint32_t s = 12345;
+  for (size_t i = 0; i < CLOG_N; i++) { /* any bit pattern of a positive float, then the edges */
+    s = s * 1664525u + 1013904223u;
+    uint32_t b = s >> 1;
+    memcpy(&x[i], &b, sizeof b);
+  }
+  const float edges[] = {0.0f, -0.0f, 1.0f, 2.0f, 0.5f, 1.41421356f, 0.70710678f, 1.0f + 0x1p-23f, 1.0f - 0x1p-24f,
+                         FLT_MAX, FLT_MIN, 0x1p-140f, -1.0f, INFINITY, -INFINITY, NAN};
+  memcpy(x, edges, sizeof edges);
+  lm_kernel *k = fx_kernel(f, "k0_clog");
+  int32_t p = loop(k, -1, xc(f, CLOG_N / 64), LM_L_PARALLEL);
+  k->npar = 1;
+  k->contract = 1;
+  int32_t l = loop(k, p, xc(f, 64), LM_L_SERIAL);
+  lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 64)), xv(f, l));
+  s_store(f, k, l, out, at, s_op(k, l, LM_S_LOG2, s_load(f, k, l, in, at, 0, -1), 0));
+  f->verify = verify_clog;
+  return f;
+}
+
+Test(render_c, a_contracted_kernels_log2_is_the_polynomial_within_1_5_ulp_of_log2) {
+  fx *f = run_c_fixture(fx_clog, 2);
+  char *src = render(f, LM_DIALECT_C);
+  expect_in(kernel_text(src, "k0_clog"), "lm_log2_c(b0[");
+  free(src);
+  fx_free(f);
+}
+
 /* par p < 2: for k < E: out[16 p + k] = in[16 p + k] * w[p], or a variant that must stay serial */
 static int vec_case(int kind, char *why, size_t cap) {
   fx *f = fx_new();
