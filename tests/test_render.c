@@ -556,6 +556,17 @@ static fx *fx_vexp(void) {
   return f;
 }
 
+/* A contracting kernel out[i] = op(in[i]) over `points` points of 64 serial elements each. */
+static void contracted_unary(fx *f, const char *name, lm_sop op, uint32_t in, uint32_t out, int64_t points) {
+  lm_kernel *k = fx_kernel(f, name);
+  int32_t p = loop(k, -1, xc(f, points), LM_L_PARALLEL);
+  k->npar = 1;
+  k->contract = 1;
+  int32_t l = loop(k, p, xc(f, 64), LM_L_SERIAL);
+  lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 64)), xv(f, l));
+  s_store(f, k, l, out, at, s_op(k, l, op, s_load(f, k, l, in, at, 0, -1), 0));
+}
+
 /* a contracted kernel (FMAs, subnormals flushed) prints exp2 as lm_exp2_c, one value at a time:
  * the same polynomial as lm_exp2_v8 */
 static void verify_cexp(const fx *f, double rtol) {
@@ -567,13 +578,7 @@ static fx *fx_cexp(void) {
   fx *f = fx_new();
   uint32_t in = fx_buf(f, LM_BUF_INPUT, 128, 0), out = fx_buf(f, LM_BUF_OUTPUT, 128, 0);
   vexp_inputs(f, in);
-  lm_kernel *k = fx_kernel(f, "k0_cexp");
-  int32_t p = loop(k, -1, xc(f, 2), LM_L_PARALLEL);
-  k->npar = 1;
-  k->contract = 1;
-  int32_t l = loop(k, p, xc(f, 64), LM_L_SERIAL);
-  lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 64)), xv(f, l));
-  s_store(f, k, l, out, at, s_op(k, l, LM_S_EXP2, s_load(f, k, l, in, at, 0, -1), 0));
+  contracted_unary(f, "k0_cexp", LM_S_EXP2, in, out, 2);
   f->verify = verify_cexp;
   return f;
 }
@@ -1009,13 +1014,7 @@ static fx *fx_clog(void) {
   const float edges[] = {0.0f, -0.0f, 1.0f, 2.0f, 0.5f, 1.41421356f, 0.70710678f, 1.0f + 0x1p-23f, 1.0f - 0x1p-24f,
                          FLT_MAX, FLT_MIN, 0x1p-140f, -1.0f, INFINITY, -INFINITY, NAN};
   memcpy(x, edges, sizeof edges);
-  lm_kernel *k = fx_kernel(f, "k0_clog");
-  int32_t p = loop(k, -1, xc(f, CLOG_N / 64), LM_L_PARALLEL);
-  k->npar = 1;
-  k->contract = 1;
-  int32_t l = loop(k, p, xc(f, 64), LM_L_SERIAL);
-  lm_expr at = xadd(f, xmul(f, xv(f, p), xc(f, 64)), xv(f, l));
-  s_store(f, k, l, out, at, s_op(k, l, LM_S_LOG2, s_load(f, k, l, in, at, 0, -1), 0));
+  contracted_unary(f, "k0_clog", LM_S_LOG2, in, out, CLOG_N / 64);
   f->verify = verify_clog;
   return f;
 }
