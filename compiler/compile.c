@@ -66,6 +66,8 @@ static int run_jam(pass_ctx *c) {
 }
 static int run_chain(pass_ctx *c) { return lm_schedule_chain(c->plan); }
 static int run_stack(pass_ctx *c) { return lm_schedule_stack(c->plan); }
+static int when_partial(const pass_ctx *c) { return when_cpu_plan(c) && !scanning(c) && c->plan->g->contract; }
+static int run_partial(pass_ctx *c) { return lm_schedule_partial(c->plan); }
 static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
 static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
   int n = 0;
@@ -142,6 +144,9 @@ static const pass passes[] = {
     {{"stack", "c", "a cpu plan (a scan: its step plan)", "LUMEN_NO_STACK",
       "independent kernels of different domains become one over their domains end to end, each point testing whose it is (schedule.c)"},
      PLAN, when_cpu_plan, run_stack},
+    {{"partial", "c", "a cpu plan, not a scan, of a graph that allows contraction", "LUMEN_NO_PARTIAL",
+      "a kernel whose stores are all sums over the batch's rows runs in two halves of the rows, each into its own part of the buffers; its readers add the parts (partial.c)"},
+     PLAN, when_partial, run_partial},
     {{"scan-fuse", "all", "a scan whose step is env-local, at most 2048 floats of locals per env", NULL,
       "the whole scan as one plan: a time loop inside each env's kernel, the carry kept (scan.c)"},
      FRONT, NULL, NULL},

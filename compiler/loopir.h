@@ -230,6 +230,11 @@ int lm_schedule_chain(lm_plan *plan);
  * update's weight gradients of several shapes, a loss's scalar sums); returns how many went
  * into another, -1 when memory ran out. */
 int lm_schedule_stack(lm_plan *plan);
+/* A kernel whose every store is a sum over the batch's rows (a weight gradient's), in a graph
+ * that allows reassociation, runs twice its domain: each half sums half the rows into its own
+ * part of the buffers, and later kernels read the parts' sum (compiler/partial.c). Returns the
+ * kernels changed, -1 when memory ran out. */
+int lm_schedule_partial(lm_plan *plan);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

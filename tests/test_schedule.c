@@ -1096,6 +1096,17 @@ static int reassoc_blocks(const char *src, int *wide) {
   return n;
 }
 
+/* g's program on the reference interpreter (t = 0), or on the cpu on 1 (t = 1) or 3 threads. */
+static lm_program_t *ref_or_threads(lm_graph_t *g, int t, lm_backend_t **b) {
+  if (t) setenv("LUMEN_THREADS", t == 1 ? "1" : "3", 1);
+  *b = lm_backend_new(t ? "cpu" : "ref");
+  unsetenv("LUMEN_THREADS");
+  cr_assert(*b, "%s", lm_last_error());
+  lm_program_t *p = lm_program_new(*b, g);
+  cr_assert(p, "%s", lm_last_error());
+  return p;
+}
+
 Test(schedule, narrow_reductions_of_a_contracting_graph_may_be_summed_in_another_order) {
   enum { ROWS = 37 };
   for (int on = 0; on < 2; on++) {
@@ -1127,12 +1138,8 @@ Test(schedule, narrow_reductions_of_a_contracting_graph_may_be_summed_in_another
     check_fill(&r, wv, 64 * 64, -0.2, 0.2, 0.01);
     check_fill(&r, vv, 64 * 2, -0.5, 0.5, 0.01);
     for (int t = 0; t < 3; t++) { /* the ref, then the cpu on 1 and on 3 threads */
-      if (t) setenv("LUMEN_THREADS", t == 1 ? "1" : "3", 1);
-      lm_backend_t *b = lm_backend_new(t ? "cpu" : "ref");
-      unsetenv("LUMEN_THREADS");
-      cr_assert(b, "%s", lm_last_error());
-      lm_program_t *p = lm_program_new(b, g);
-      cr_assert(p, "%s", lm_last_error());
+      lm_backend_t *b;
+      lm_program_t *p = ref_or_threads(g, t, &b);
       OK(lm_program_bind(p, "N", ROWS));
       OK(lm_program_write(p, "x", xv, ROWS * 64));
       OK(lm_program_write(p, "w", wv, 64 * 64));
@@ -1201,4 +1208,87 @@ Test(schedule, a_tanh_layer_is_jammed_only_where_the_graph_allows_contraction) {
     lm_backend_free(br);
     lm_graph_free(g);
   }
+}
+
+/* A kernel whose stores are all sums over the batch's rows (here a weight's and a bias's
+ * gradients, stacked into one) runs in two halves of the rows where the graph allows
+ * reassociation, each half into its own part of the buffers, and the clipping's norm and the
+ * update read the parts' sum (compiler/partial.c): each core then sums the rows it wrote. An
+ * odd number of rows leaves the second half one row short, masked. The result agrees with the
+ * reference within rounding, and is the same bits on one thread and on three; a plain graph
+ * keeps one pass over the rows, and so does a sum that is a graph output (nothing would add
+ * its parts). */
+static char *partial_plan(lm_graph_t *g) {
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  lm_sb sb = {0};
+  lm_plan_dump(comp.plan, &sb);
+  lm_compiled_free(&comp);
+  return lm_sb_take(&sb);
+}
+
+Test(schedule, sums_over_the_rows_run_in_two_halves_whose_readers_add_them) {
+  for (int on = 0; on < 2; on++)
+    for (int rows = 37; rows <= 40; rows += 3) {
+      lm_graph_t *g = lm_graph_new();
+      lm_dim N = lm_sym(g, "N");
+      lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 16});
+      lm_tensor d = lm_input(g, "d", LM_ROLE_DATA, 2, (lm_dim[]){N, 8});
+      lm_tensor w = lm_input(g, "w", LM_ROLE_PARAM, 2, (lm_dim[]){16, 8});
+      lm_tensor b = lm_input(g, "b", LM_ROLE_PARAM, 1, (lm_dim[]){8});
+      /* (the bias's sum adds 0.5 a row: the masked row must add nothing, not 0.5) */
+      lm_tensor grads[2] = {lm_matmul(lm_transpose(x, 0, 1), d), lm_sum(lm_add_scalar(d, 0.5f), 0, 0)}, clipped[2], norm;
+      OK(lm_optim_clip_grad_norm(grads, 2, 0.5f, clipped, &norm));
+      OK(lm_output(lm_sub(w, lm_mul_scalar(clipped[0], 0.1f)), "w2"));
+      OK(lm_output(lm_sub(b, lm_mul_scalar(clipped[1], 0.1f)), "b2"));
+      OK(lm_output(norm, "norm"));
+      lm_graph_set_contraction(g, on);
+      char *text = partial_plan(g);
+      int halves = strstr(text, "(N + 1)/2") != NULL;
+      cr_assert_eq(halves, on, "%s: the rows are %s:\n%s", on ? "contracting" : "plain",
+                   halves ? "halved" : "not halved", text);
+      lm_free(text);
+      setenv("LUMEN_NO_PARTIAL", "1", 1); /* the switch turns it off */
+      text = partial_plan(g);
+      unsetenv("LUMEN_NO_PARTIAL");
+      cr_assert_null(strstr(text, "(N + 1)/2"), "LUMEN_NO_PARTIAL=1 halves the rows:\n%s", text);
+      lm_free(text);
+
+      check_rng r = check_rng_new(11);
+      enum { NOUT = 16 * 8 + 8 + 1 };
+      float xv[40 * 16], dv[40 * 8], wv[16 * 8], bv[8], out[3][NOUT];
+      check_fill(&r, xv, (size_t)rows * 16, -1, 1, 0.01);
+      check_fill(&r, dv, (size_t)rows * 8, -1, 1, 0.01);
+      check_fill(&r, wv, 16 * 8, -1, 1, 0.01);
+      check_fill(&r, bv, 8, -1, 1, 0.01);
+      for (int t = 0; t < 3; t++) { /* the ref, then the cpu on 1 and on 3 threads */
+        lm_backend_t *be;
+        lm_program_t *p = ref_or_threads(g, t, &be);
+        OK(lm_program_bind(p, "N", rows));
+        OK(lm_program_write(p, "x", xv, (size_t)rows * 16));
+        OK(lm_program_write(p, "d", dv, (size_t)rows * 8));
+        OK(lm_program_write(p, "w", wv, 16 * 8));
+        OK(lm_program_write(p, "b", bv, 8));
+        OK(lm_program_run(p));
+        OK(lm_program_read(p, "w2", out[t], 16 * 8));
+        OK(lm_program_read(p, "b2", out[t] + 16 * 8, 8));
+        OK(lm_program_read(p, "norm", out[t] + 16 * 8 + 8, 1));
+        lm_program_free(p);
+        lm_backend_free(be);
+      }
+      double want[NOUT];
+      for (int i = 0; i < NOUT; i++) want[i] = out[0][i];
+      check_close(on ? "contracted" : "plain", out[1], want, NOUT, 1e-5, 1e-5);
+      check_same_bits("1 thread against 3", out[1], out[2], NOUT);
+      lm_graph_free(g);
+    }
+  lm_graph_t *g = lm_graph_new(); /* a sum over the rows that is an output */
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){lm_sym(g, "N"), 16});
+  OK(lm_output(lm_sum(x, 0, 0), "xsum"));
+  lm_graph_set_contraction(g, 1);
+  char *text = partial_plan(g);
+  cr_assert_null(strstr(text, "(N + 1)/2"), "an output's sum is halved:\n%s", text);
+  lm_free(text);
+  lm_graph_free(g);
 }
