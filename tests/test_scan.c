@@ -379,6 +379,82 @@ static void tanh_on(const char *backend) { tanh_run(backend, 0); }
 Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_ref) { tanh_on("ref"); }
 Test(scan, per_env_tanh_matvec_step_matches_a_c_loop_on_cpu) { tanh_on("cpu"); }
 
+/* A step with a policy and an env's arithmetic: h' = tanh(W h + x_t) / (1 + |h|^2 / 100), the
+ * critic-like head v_t = u . tanh(W h + x_t). W and u have role `wrole` (PARAM: the policy's). */
+static lm_graph_t *policy_env_graph(lm_role wrole) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, H});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, H});
+  lm_tensor w = lm_input(g, "W", wrole, 2, (lm_dim[]){H, H});
+  lm_tensor u = lm_input(g, "u", wrole, 2, (lm_dim[]){H, 1});
+  lm_tensor t = lm_tanh(lm_add(lm_matmul(h, lm_transpose(w, 0, 1)), x));
+  lm_tensor damp = lm_recip(lm_add_scalar(lm_mul_scalar(lm_sum(lm_square(h), 1, 1), 0.01f), 1.0f)); /* the env's sum */
+  lm_tensor h2 = lm_mul(t, damp);
+  OK(lm_output(h2, "y"));
+  OK(lm_output(lm_matmul(t, u), "v"));
+  OK(lm_assign(h, h2));
+  lm_graph_set_contraction(g, 1);
+  return g;
+}
+
+/* Runs the scan on `backend` (threads: LUMEN_THREADS for the cpu, 0 its default), its kernels
+ * dumped to dump (NULL: not); returns y then v, T*N*(H+1) floats (to free). */
+static float *policy_env_run(lm_role wrole, const char *backend, const char *threads, const char *dump) {
+  enum { T = 9, N = 11 };
+  lm_graph_t *g = policy_env_graph(wrole);
+  if (threads) setenv("LUMEN_THREADS", threads, 1);
+  if (dump) setenv("LUMEN_DUMP", dump, 1);
+  lm_backend_t *b = open_backend(backend);
+  unsetenv("LUMEN_THREADS");
+  lm_program_t *p = lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1);
+  unsetenv("LUMEN_DUMP");
+  cr_assert(p, "%s: %s", backend, lm_last_error());
+  OK(lm_program_bind(p, "T", T));
+  OK(lm_program_bind(p, "N", N));
+  check_rng r = check_rng_new(41);
+  float *h = rand_floats(&r, N * H, -1, 1), *x = rand_floats(&r, T * N * H, -1, 1);
+  float *w = rand_floats(&r, H * H, -0.8, 0.8), *u = rand_floats(&r, H, -1, 1);
+  put(p, "h", h, N * H);
+  put(p, "x", x, T * N * H);
+  put(p, "W", w, H * H);
+  put(p, "u", u, H);
+  OK(lm_program_run(p));
+  float *y = get(p, "y", T * N * H), *v = get(p, "v", T * N), *out = malloc(T * N * (H + 1) * sizeof *out);
+  memcpy(out, y, T * N * H * sizeof *out);
+  memcpy(out + T * N * H, v, T * N * sizeof *out);
+  free(h), free(x), free(w), free(u), free(y), free(v);
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+  return out;
+}
+
+/* In a fused scan of a graph that allows contraction, the policy's loops (those reading a
+ * trainable parameter: the matvec's sums, the head's sum over tanh values) are printed under
+ * LM_REASSOC, so that clang may keep partial sums and vectorise a sum (render.c, policy_loop);
+ * the env's arithmetic is not: with W and u as data rather than parameters no loop is. The
+ * values agree with the reference within rounding and are the same bits on 1 and 3 threads. */
+Test(scan, a_rollouts_policy_loops_may_sum_in_another_order_and_its_env_loops_not) {
+  int blocks[2];
+  for (int param = 0; param < 2; param++) {
+    char dir[] = "/tmp/lumen-policy-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    free(policy_env_run(param ? LM_ROLE_PARAM : LM_ROLE_DATA, "cpu", "1", dir));
+    blocks[param] = check_dump_lines(dir, "^ *LM_REASSOC$");
+  }
+  cr_assert_geq(blocks[1], 2, "%d loops under LM_REASSOC where W and u are parameters (the matvec, the head)", blocks[1]);
+  cr_assert_eq(blocks[0], 0, "%d loops under LM_REASSOC where no parameter is read", blocks[0]);
+  enum { NOUT = 9 * 11 * (H + 1) };
+  float *ref = policy_env_run(LM_ROLE_PARAM, "ref", NULL, NULL);
+  float *one = policy_env_run(LM_ROLE_PARAM, "cpu", "1", NULL), *three = policy_env_run(LM_ROLE_PARAM, "cpu", "3", NULL);
+  double want[NOUT];
+  for (int i = 0; i < NOUT; i++) want[i] = ref[i];
+  check_close("cpu against ref", one, want, NOUT, 1e-4, 1e-5);
+  check_same_bits("1 thread against 3", one, three, NOUT);
+  free(ref), free(one), free(three);
+}
+
 /* Calls of the inline polynomial exp2 in the cpu kernels of the tanh scan (lm_exp2_c's own
  * definition, "lm_exp2_c(float x)", not counted), the step matching the C loop either way. */
 static int polynomial_exp2_calls(int contract) {
