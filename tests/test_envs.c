@@ -1613,6 +1613,48 @@ static char *read_text(const char *path) {
   return buf;
 }
 
+/* The step-N.ckpt files in dir/checkpoints (latest.ckpt aside); 1 with step-<last> among them. */
+static int step_files(const char *dir, const char *last, int *has_last) {
+  char cmd[256], text[256];
+  snprintf(cmd, sizeof cmd, "ls '%s/checkpoints' | grep -c '^step-[0-9]*\\.ckpt$'", dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f);
+  int n = -1;
+  cr_assert_eq(fscanf(f, "%d", &n), 1);
+  pclose(f);
+  snprintf(text, sizeof text, "%s/checkpoints/step-%s.ckpt", dir, last);
+  *has_last = access(text, F_OK) == 0;
+  return n;
+}
+
+/* --checkpoint-every K writes every K iterations exactly; by default every 10, but at least
+ * 0.25 s apart (a checkpoint costs about a millisecond of training, and CartPole's iterations
+ * take about one: cli_train.c), and the last iteration's always. settings.txt records the
+ * spacing (0 where the interval was asked for). 30 iterations of 4 envs x 32 steps. */
+Test(cli, default_checkpoints_are_spaced_and_an_asked_interval_is_exact, .timeout = LM_TIMEOUT(300)) {
+  char dir[] = "/tmp/lumen-spacing-XXXXXX", args[512], path[256], text[8192];
+  cr_assert(mkdtemp(dir));
+  for (int asked = 0; asked < 2; asked++) {
+    char run[64];
+    snprintf(run, sizeof run, "%s/%s", dir, asked ? "asked" : "default");
+    snprintf(args, sizeof args, "cartpole --device cpu --quiet --envs 4 --steps 32 --total-steps 3840 --no-stop%s --out '%s'",
+             asked ? " --checkpoint-every 10" : "", run);
+    cr_assert_eq(rltrain(args, text, sizeof text), 0, "%s", text);
+    int last, n = step_files(run, "3840", &last);
+    cr_assert(last, "%s: no checkpoint of the last iteration", run);
+    if (asked) cr_assert_eq(n, 3, "--checkpoint-every 10 over 30 iterations wrote %d step files", n);
+    else cr_assert(n >= 1 && n <= 3, "by default %d step files over 30 iterations", n);
+    snprintf(path, sizeof path, "%s/settings.txt", run);
+    char *settings = read_text(path);
+    cr_assert(settings);
+    const char *want = asked ? "checkpoint_spacing_s = 0\n" : "checkpoint_spacing_s = 0.25\n";
+    cr_assert(strstr(settings, want), "%s has no '%s':\n%s", path, want, settings);
+    free(settings);
+  }
+  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  cr_assert_eq(system(path), 0);
+}
+
 /* Resume keeps the run's own settings and files straight: options that differ are refused by
  * name (exit 2) and nothing is written; without --total-steps the run's budget stays; a stale
  * checkpoint temp file from a killed run is removed; when latest.ckpt cannot be written the
