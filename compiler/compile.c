@@ -68,6 +68,8 @@ static int run_chain(pass_ctx *c) { return lm_schedule_chain(c->plan); }
 static int run_stack(pass_ctx *c) { return lm_schedule_stack(c->plan); }
 static int when_partial(const pass_ctx *c) { return when_cpu_plan(c) && !scanning(c) && c->plan->g->contract; }
 static int run_partial(pass_ctx *c) { return lm_schedule_partial(c->plan); }
+static int when_plain_cpu(const pass_ctx *c) { return when_cpu_plan(c) && !scanning(c); }
+static int run_assign(pass_ctx *c) { return lm_plan_assign_in_place(c->plan); }
 static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
 static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
   int n = 0;
@@ -147,6 +149,9 @@ static const pass passes[] = {
     {{"partial", "c", "a cpu plan, not a scan, of a graph that allows contraction", "LUMEN_NO_PARTIAL",
       "a kernel whose stores are all sums over the batch's rows runs in two halves of the rows, each into its own part of the buffers; its readers add the parts (partial.c)"},
      PLAN, when_partial, run_partial},
+    {{"assign", "c", "a cpu plan, not a scan", "LUMEN_NO_ASSIGN",
+      "an assign's copy after the last kernel dropped where the kernel computing the value stores it into the assigned input, each element after its own reads of it (lower.c)"},
+     PLAN, when_plain_cpu, run_assign},
     {{"scan-fuse", "all", "a scan whose step is env-local, at most 2048 floats of locals per env", NULL,
       "the whole scan as one plan: a time loop inside each env's kernel, the carry kept (scan.c)"},
      FRONT, NULL, NULL},

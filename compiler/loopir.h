@@ -235,6 +235,10 @@ int lm_schedule_stack(lm_plan *plan);
  * part of the buffers, and later kernels read the parts' sum (compiler/partial.c). Returns the
  * kernels changed, -1 when memory ran out. */
 int lm_schedule_partial(lm_plan *plan);
+/* An assign's copy after the last kernel dropped where the one kernel computing its value can
+ * store it into the assigned input itself, each element after its own reads of the old value
+ * (an optimiser's updates); the same values. Returns how many (compiler/lower.c). */
+int lm_plan_assign_in_place(lm_plan *p);
 /* Readable text of every kernel (for tests and bug reports). */
 void lm_plan_dump(const lm_plan *p, lm_sb *sb);
 

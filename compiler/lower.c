@@ -588,6 +588,141 @@ void lm_plan_liveness(lm_plan *p) {
   for (size_t i = 0; i < p->ncopies; i++) p->bufs[p->copies[i].src].last = (int)p->nkernels;
 }
 
+/* ---------------------------------------------------------------- assigns stored in place */
+
+/* Does statement `from` reach statement `to` through operands (is `to`'s value computed from
+ * it)? */
+static int feeds(const lm_kernel *k, uint32_t from, uint32_t to, uint8_t *seen) {
+  if (from == to) return 1;
+  if (seen[to]) return 0;
+  seen[to] = 1;
+  const lm_stmt *s = &k->stmts[to];
+  int ops = lm_sop_operands(s->op);
+  return ((ops & LM_OPND_A) && feeds(k, from, s->a, seen)) || ((ops & LM_OPND_B) && feeds(k, from, s->b, seen));
+}
+
+/* Every iteration of the loops around statement s (constant extents, `when` tests honoured)
+ * stores a different element: marks them in `hit` (numel long); 0 when two meet, an extent or
+ * an index names a symbol, or there are over 2^22 iterations. */
+static int stores_once(const lm_exprs *x, const lm_kernel *k, const lm_stmt *s, uint8_t *hit, int64_t numel) {
+  int32_t chain[64];
+  int depth = 0;
+  if (lm_x_syms_used(x, s->idx) | (s->valid ? lm_x_syms_used(x, s->valid) : 0)) return 0;
+  for (int32_t l = s->loop; l >= 0; l = k->loops[l].parent) {
+    const lm_loop *lp = &k->loops[l];
+    if (depth == 64 || lm_x_node(x, lp->extent)->op != LM_X_CONST || (lp->when && lm_x_syms_used(x, lp->when))) return 0;
+    chain[depth++] = l;
+  }
+  int64_t *vars = lm_calloc(k->nloops + 1, sizeof *vars), iters = 0;
+  int ok = vars != NULL;
+  for (int more = ok; more;) {
+    int run = 1;
+    for (int d = 0; d < depth && run; d++)
+      if (k->loops[chain[d]].when) run = lm_x_eval(x, k->loops[chain[d]].when, vars, NULL) != 0;
+    if (run && (!s->valid || lm_x_eval(x, s->valid, vars, NULL))) {
+      int64_t i = lm_x_eval(x, s->idx, vars, NULL);
+      if (i < 0 || i >= numel || hit[i] || ++iters > (int64_t)1 << 22) ok = more = 0;
+      else hit[i] = 1;
+    }
+    int d = 0; /* the next iteration, innermost loop first */
+    for (; more && d < depth; d++) {
+      int32_t l = chain[d];
+      if (++vars[l] < lm_x_node(x, k->loops[l].extent)->v) break;
+      vars[l] = 0;
+    }
+    if (d == depth) more = 0;
+  }
+  lm_free(vars);
+  return ok;
+}
+
+/* Can kernel K store src's values into dst (an assign's copy dst <- src, K the only writer of
+ * src) and the copy go? No kernel reads src before K (its reads in and after K then read dst,
+ * which holds the same values from the store on), none after K reads dst; each store of src
+ * writes a different element, and every read of dst in K is at a store's element, in its loop,
+ * before it: the store's value is computed from it (an optimiser's w' = w - lr * ...). */
+static int assign_in_place_ok(const lm_plan *p, size_t c, size_t *kout) {
+  const lm_copy *cp = &p->copies[c];
+  const lm_exprs *x = &p->g->x;
+  const lm_pbuf *src = &p->bufs[cp->src], *dst = &p->bufs[cp->dst];
+  if (src->kind != LM_BUF_TEMP || dst->kind != LM_BUF_INPUT || src->numel != dst->numel ||
+      lm_x_node(x, dst->numel)->op != LM_X_CONST)
+    return 0;
+  for (size_t j = 0; j < p->ncopies; j++)
+    if (j != c && (p->copies[j].src == cp->src || p->copies[j].src == cp->dst || p->copies[j].dst == cp->dst)) return 0;
+  size_t K = p->nkernels;
+  for (size_t ki = 0; ki < p->nkernels; ki++) {
+    const lm_kernel *k = &p->kernels[ki];
+    if (lm_kernel_writes_buf(k, cp->dst)) return 0;
+    if (lm_kernel_writes_buf(k, cp->src)) {
+      if (K < p->nkernels) return 0;
+      K = ki;
+    }
+    for (size_t i = 0; i < k->nstmts; i++) {
+      const lm_stmt *s = &k->stmts[i];
+      if (s->op != LM_S_LOAD || s->local) continue;
+      if ((s->buf == cp->src && K == p->nkernels) || (s->buf == cp->dst && K < p->nkernels && ki > K)) return 0;
+    }
+  }
+  if (K == p->nkernels) return 0;
+  const lm_kernel *k = &p->kernels[K];
+  int64_t numel = lm_x_node(x, dst->numel)->v;
+  uint8_t *hit = lm_calloc((size_t)numel + 1, 1), *seen = lm_calloc(k->nstmts + 1, 1);
+  int ok = hit && seen;
+  for (size_t i = 0; i < k->nstmts && ok; i++) {
+    const lm_stmt *s = &k->stmts[i];
+    if (s->op == LM_S_STORE && !s->local && s->buf == cp->src) ok = stores_once(x, k, s, hit, numel);
+    if (s->op != LM_S_LOAD || s->local || s->buf != cp->dst) continue;
+    int matched = 0; /* a store of src at its element, in its loop, computed from it */
+    for (size_t j = 0; j < k->nstmts && !matched; j++) {
+      const lm_stmt *t = &k->stmts[j];
+      if (t->op != LM_S_STORE || t->local || t->buf != cp->src || t->loop != s->loop || t->idx != s->idx ||
+          t->valid != s->valid)
+        continue;
+      memset(seen, 0, k->nstmts);
+      matched = feeds(k, (uint32_t)i, (uint32_t)j, seen);
+    }
+    ok = matched;
+  }
+  lm_free(hit);
+  lm_free(seen);
+  *kout = K;
+  return ok;
+}
+
+int lm_plan_assign_in_place(lm_plan *p) {
+  int done = 0;
+  for (size_t c = 0; c < p->ncopies;) {
+    size_t K;
+    if (!assign_in_place_ok(p, c, &K)) {
+      c++;
+      continue;
+    }
+    uint32_t src = p->copies[c].src, dst = p->copies[c].dst;
+    for (size_t ki = K; ki < p->nkernels; ki++) {
+      lm_kernel *k = &p->kernels[ki];
+      int had = 0;
+      for (size_t i = 0; i < k->nstmts; i++) {
+        lm_stmt *s = &k->stmts[i];
+        if ((s->op == LM_S_STORE || s->op == LM_S_LOAD) && !s->local && s->buf == src) s->buf = dst, had = 1;
+      }
+      if (!had) continue;
+      size_t at = 0; /* src leaves the kernel's buffers, dst joins them (ascending) */
+      int have_dst = 0;
+      for (size_t i = 0; i < k->nbufs; i++) have_dst |= k->bufs[i] == dst;
+      for (size_t i = 0; i < k->nbufs; i++)
+        if (k->bufs[i] != src) k->bufs[at++] = k->bufs[i];
+      k->nbufs = at;
+      if (!have_dst && !lm_kernel_use_buf(k, dst)) return -1;
+    }
+    memmove(&p->copies[c], &p->copies[c + 1], (p->ncopies - c - 1) * sizeof *p->copies);
+    p->ncopies--;
+    done++;
+  }
+  if (done) lm_plan_liveness(p);
+  return done;
+}
+
 /* Nodes that depend on constants only, with their work (elements visited) under CONST_WORK. */
 static void mark_cheap_consts(lowering *L, const uint32_t *order, size_t norder) {
   lm_graph_t *g = L->g;

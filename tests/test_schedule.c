@@ -936,6 +936,68 @@ Test(schedule, update_epilogues_joins_chains_and_stacks_cut_kernels_with_the_sam
   lm_graph_free(g);
 }
 
+/* Copies after the last kernel in g's cpu plan (LUMEN_NO_ASSIGN set when `off`). */
+static size_t plan_copies(const lm_graph_t *g, int off) {
+  if (off) setenv("LUMEN_NO_ASSIGN", "1", 1);
+  lm_compiled comp;
+  lm_compile_options co = {.interchange = 1, .stage = 1, .join = 1}; /* as cpu_prepare */
+  OK(lm_compile_ex(g, NULL, &co, &comp));
+  unsetenv("LUMEN_NO_ASSIGN");
+  size_t n = comp.plan->ncopies;
+  lm_compiled_free(&comp);
+  return n;
+}
+
+/* Adam's new parameters, moments and step count are stored into the assigned inputs by the
+ * kernel that computes them, each element after its own reads of the old value, and the copies
+ * after the last kernel go (compiler/lower.c, lm_plan_assign_in_place): the same bits over three
+ * steps as with the copies. A state whose new value reads another element of the old (s'[i] =
+ * s[i]/2 + s[i+1]) keeps its copy, and matches the reference. */
+Test(schedule, an_optimisers_updates_are_stored_in_place_with_the_same_bits) {
+  lm_graph_t *g = mlp_update_graph();
+  size_t with = plan_copies(g, 0), without = plan_copies(g, 1);
+  cr_assert_eq(with, 0, "%zu copies left after the update's last kernel", with);
+  cr_assert_geq(without, 13, "LUMEN_NO_ASSIGN=1: %zu copies (6 parameters, 12 moments, the step)", without);
+  lm_backend_t *b = lm_backend_new("cpu");
+  cr_assert(b, "%s", lm_last_error());
+  int k[2];
+  size_t n[2];
+  float *v[2];
+  v[0] = run_updates(b, g, 15, &k[0], &n[0]);
+  setenv("LUMEN_NO_ASSIGN", "1", 1);
+  v[1] = run_updates(b, g, 15, &k[1], &n[1]);
+  unsetenv("LUMEN_NO_ASSIGN");
+  cr_assert_eq(n[0], n[1]);
+  for (size_t i = 0; i < n[0]; i++)
+    cr_assert(!memcmp(&v[0][i], &v[1][i], sizeof(float)), "value %zu: %.9g in place, %.9g copied", i, v[0][i], v[1][i]);
+  free(v[0]), free(v[1]);
+  lm_backend_free(b);
+  lm_graph_free(g);
+
+  g = lm_graph_new();
+  lm_tensor st = lm_input(g, "s", LM_ROLE_STATE, 1, (lm_dim[]){8});
+  lm_tensor next = lm_add(lm_mul_scalar(st, 0.5f), lm_pad(lm_slice(st, 0, 1, 8), 0, 0, 1)); /* s/2 + s[i+1] */
+  OK(lm_assign(st, next));
+  OK(lm_output(lm_sum(st, 0, 0), "y"));
+  cr_assert_eq(plan_copies(g, 0), 1, "a state read at other elements is stored in place");
+  float got[2][8];
+  for (int ref = 0; ref < 2; ref++) {
+    lm_backend_t *be = lm_backend_new(ref ? "ref" : "cpu");
+    cr_assert(be, "%s", lm_last_error());
+    lm_program_t *p = lm_program_new(be, g);
+    cr_assert(p, "%s", lm_last_error());
+    OK(lm_program_write(p, "s", (float[]){1, -2, 3, -4, 0.5f, 0.25f, -1, 2}, 8));
+    for (int step = 0; step < 3; step++) OK(lm_program_run(p));
+    OK(lm_program_read(p, "s", got[ref], 8));
+    lm_program_free(p);
+    lm_backend_free(be);
+  }
+  double want[8];
+  for (int i = 0; i < 8; i++) want[i] = got[1][i];
+  check_close("the state with its copy", got[0], want, 8, 1e-5, 1e-5);
+  lm_graph_free(g);
+}
+
 /* Two tanh layers over the rows of a symbolic batch; `shift`: the second reads the first's next
  * row (a view: rows 1..N, the last padded with zeros). */
 static lm_graph_t *two_layers(int shift) {
