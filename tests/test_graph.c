@@ -781,6 +781,41 @@ Test(bindings, report_values_below_the_least_negative_dims_pads_and_empty_affine
   lm_graph_free(g);
 }
 
+/* A program checks its bindings again where a run follows a rebinding, over only what the
+ * changed symbol reaches, each view once however many nodes read through it, without walking
+ * the expressions again for their form (compiler/validate.c): a window two nodes read, moved
+ * past its input's end, is refused naming it, and moved back it runs. */
+Test(bindings, a_rebound_window_that_two_nodes_read_is_checked_again_at_each_run) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N"), K = lm_sym_min(g, "K", 0), M = lm_sym(g, "M");
+  lm_tensor w = lm_slice(input(g, "x", 1, (lm_dim[]){N}), 0, K, lm_dim_add(g, K, M));
+  cr_assert_eq(lm_output(lm_sin(w), "a"), LM_OK, "%s", last());
+  cr_assert_eq(lm_output(lm_exp2(w), "b"), LM_OK, "%s", last());
+  lm_backend_t *b = lm_backend_new("ref");
+  cr_assert(b, "%s", last());
+  lm_program_t *p = lm_program_new(b, g);
+  cr_assert(p, "%s", last());
+  float x[10] = {0};
+  cr_assert_eq(lm_program_bind(p, "N", 10), LM_OK);
+  cr_assert_eq(lm_program_bind(p, "M", 4), LM_OK);
+  cr_assert_eq(lm_program_write(p, "x", x, 10), LM_OK, "%s", last());
+  static const struct { int64_t k; int ok; } runs[] = {{0, 1}, {6, 1}, {7, 0}, {2, 1}, {9, 0}, {6, 1}};
+  for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+    cr_assert_eq(lm_program_bind(p, "K", runs[i].k), LM_OK);
+    lm_status st = lm_program_run(p);
+    if (runs[i].ok) cr_assert_eq(st, LM_OK, "K = %lld: %s", (long long)runs[i].k, last());
+    else {
+      char want[64];
+      snprintf(want, sizeof want, "[%lld, %lld) is not within", (long long)runs[i].k, (long long)runs[i].k + 4);
+      cr_assert_eq(st, LM_ERR_INVALID, "K = %lld ran", (long long)runs[i].k);
+      cr_assert(strstr(last(), want), "K = %lld: %s", (long long)runs[i].k, last());
+    }
+  }
+  lm_program_free(p);
+  lm_backend_free(b);
+  lm_graph_free(g);
+}
+
 /* ---------------------------------------------------------------- text form */
 
 static lm_graph_t *every_op_graph(void) {
