@@ -66,9 +66,9 @@ static int run_jam(pass_ctx *c) {
 }
 static int run_chain(pass_ctx *c) { return lm_schedule_chain(c->plan); }
 static int run_stack(pass_ctx *c) { return lm_schedule_stack(c->plan); }
-static int when_partial(const pass_ctx *c) { return when_cpu_plan(c) && !scanning(c) && c->plan->g->contract; }
-static int run_partial(pass_ctx *c) { return lm_schedule_partial(c->plan); }
 static int when_plain_cpu(const pass_ctx *c) { return when_cpu_plan(c) && !scanning(c); }
+static int when_partial(const pass_ctx *c) { return when_plain_cpu(c) && c->plan->g->contract; }
+static int run_partial(pass_ctx *c) { return lm_schedule_partial(c->plan); }
 static int run_assign(pass_ctx *c) { return lm_plan_assign_in_place(c->plan); }
 static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
 static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {

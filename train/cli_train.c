@@ -211,7 +211,7 @@ static int truncate_log(const char *path, int64_t upto) {
 /* DIR/settings.txt: everything a run was resolved to (env, device, stop rule, checkpoint
  * interval and every PPO setting, defaults included), written at its start; --resume reads the
  * run-level ones back (the PPO settings come from the checkpoint itself). */
-#define CHECKPOINT_SPACING_S 0.25 /* seconds, between default checkpoints (see cli_train) */
+#define CHECKPOINT_SPACING_S 0.25 /* seconds between default checkpoints (why: where `spacing` is set) */
 
 static int write_run_settings(const char *path, const lm_env_spec *env, const lm_ppo_config *cfg, int stop,
                               long every, double spacing, const char *device) {
