@@ -97,7 +97,7 @@ static blob craft(const char *key, const char *value, int fill_nan) {
     }
     at += len;
   }
-  cr_assert(found, "no header line %s", key);
+  cr_assert(found, "no header line %s", key ? key : "(none)");
   size_t rest = good.n - 16 - hlen - 8; /* arrays, without the checksum */
   blob b = {malloc(16 + hn + rest + 8), 16 + hn + rest + 8};
   memcpy(b.p, good.p, 12);

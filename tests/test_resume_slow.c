@@ -62,7 +62,7 @@ static int finish(pid_t pid) {
 static char *log_without_clocks(const char *dir) {
   char path[4200];
   snprintf(path, sizeof path, "%s/log.csv", dir);
-  size_t n;
+  size_t n = 0;
   char *text = slurp(path, &n);
   cr_assert(text, "no %s", path);
   char *out = malloc(n + 1), *o = out;
@@ -156,7 +156,7 @@ Test(resume_slow, a_run_killed_at_random_moments_resumes_to_the_same_end, .timeo
   char pa[4300], pb[4300];
   snprintf(pa, sizeof pa, "%s/latest.ckpt", a);
   snprintf(pb, sizeof pb, "%s/latest.ckpt", b);
-  size_t na, nb;
+  size_t na = 0, nb = 0;
   char *ca = slurp(pa, &na), *cb = slurp(pb, &nb);
   cr_assert(ca && cb);
   cr_assert(na == nb && !memcmp(ca, cb, na), "the final checkpoints differ (%zu and %zu bytes)", na, nb);
