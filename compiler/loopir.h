@@ -82,6 +82,9 @@ typedef struct lm_loop {
   uint8_t kind;   /* lm_loopkind */
   uint8_t point;  /* a serial loop over independent points: a parallel loop the interchange moved */
   uint32_t mask;  /* LM_L_SPARSE: the local array that selects its lanes */
+  lm_expr stop;   /* 0, or where a serial loop ends sooner than its extent, over the enclosing
+                   * loops' variables too, at most the extent everywhere: a half of the rows
+                   * (compiler/partial.c; the C dialect's cpu plans only) */
   lm_expr when;   /* 0, or a serial loop of extent 1 (its variable unused) that runs only where
                    * this expression of the enclosing loops' variables is not 0: a member of a
                    * stacked kernel (lm_schedule_stack) */

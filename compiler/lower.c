@@ -839,7 +839,7 @@ static void dump_block(const lm_plan *p, const lm_kernel *k, const lm_block *b, 
         continue;
       }
       lm_sb_printf(sb, "%s i%u < ", kinds[l->kind], b->items[i].id);
-      lm_x_print(x, l->extent, sb, "i");
+      lm_x_print(x, l->stop ? l->stop : l->extent, sb, "i");
       if (l->kind == LM_L_SPARSE) lm_sb_printf(sb, " where l%u", l->mask);
       lm_sb_puts(sb, ":\n");
       dump_block(p, k, &l->body, depth + 1, sb);

@@ -2198,7 +2198,7 @@ static void emit_loop(rk *r, lm_sb *sb, int32_t l, int ind) {
   sr_clause(r, sb, l, mark, chunk, 1);
   lm_sb_printf(sb, "; i%d < ", l);
   if (chunk) lm_sb_puts(sb, "end");
-  else print_x(r, sb, k->loops[l].extent, 2, 0);
+  else print_x(r, sb, k->loops[l].stop ? k->loops[l].stop : k->loops[l].extent, 2, 0);
   lm_sb_printf(sb, vec ? "; i%d += 8" : "; i%d++", l);
   sr_clause(r, sb, l, mark, chunk, 0);
   lm_sb_puts(sb, ") {\n");
