@@ -18,6 +18,7 @@
  * Not a rewrite rule: rules live in the search's e-graph and need a budget and a device to time
  * their candidates; this is the static default the search starts from (it leaves searched,
  * `fixed`, kernels alone), as the interchange before it. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "loopir.h"
@@ -37,6 +38,8 @@ typedef struct jam {
   uint32_t *smap;   /* old statement * f + c -> new statement */
   lm_expr *vmap;    /* old loop -> new variable (loop 0: 4 i4 + c, set per copy) */
   uint8_t *point;   /* old loop: a point loop run in tiles (tile_ep != 0) */
+  uint8_t *tiled;   /* old loop: inside the tiles (an item holding a tiled point loop) */
+  uint8_t *tlocal;  /* old local array: a tile's row of accumulators */
   uint8_t *major;   /* old local array: a staged operand laid out tile-major (tile_major) */
   int64_t regs, tw; /* accumulator floats that fit in registers; a tile's width (register_file) */
   int64_t tile_ep;  /* the point loops' extent when they run in tiles of tw, else 0 */
@@ -132,7 +135,7 @@ static void copy_stmt(jam *j, uint32_t old, int c) {
   s.valid = remap(j, s.valid);
   s.step = remap(j, s.step);
   if ((s.op == LM_S_LOAD || s.op == LM_S_STORE) && s.local) {
-    if (j->tile_ep && j->own[s.buf]) s.idx = lm_x_var(j->x, s.loop); /* a tile's row of accumulators */
+    if (j->tlocal[s.buf]) s.idx = lm_x_var(j->x, s.loop); /* a tile's row of accumulators */
     else if (j->major[s.buf]) s.idx = tile_major(j, s.buf, s.idx);
     s.buf = j->lmap[(size_t)s.buf * j->f + c];
   }
@@ -193,7 +196,7 @@ enum { MEM_FLOATS = 512 };
 static void register_file(int64_t *regs, int64_t *tw) {
   int wide = 0;
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-  wide = __builtin_cpu_supports("avx512f");
+  wide = __builtin_cpu_supports("avx512f") || getenv("LM_WIDE");
 #endif
   *regs = wide ? 256 : 64;
   *tw = wide ? 64 : 16;
@@ -201,58 +204,91 @@ static void register_file(int64_t *regs, int64_t *tw) {
 
 /* Point loops (independent points an interchange moved inward: a dense layer's 128 outputs)
  * whose accumulators would spill f times over run in tiles of tw instead: a loop over the
- * tiles inside the domain around its whole body, each point loop tw long, the accumulator
- * arrays a tile's row. That reorders only independent points: it holds when every point loop is
- * innermost with the same extent, the innermost parallel loop's block has loops only, the accumulator arrays are read
- * and written only at their point loop's own point, nothing outside a point loop reads a value
- * computed inside one, and a buffer the kernel writes is stored and read only inside point loops
- * at one index (an epilogue reading back what the layer stored). Then every point sees exactly
- * what it saw: the same bits. Sets j->tile_ep and j->point when so. */
-static void plan_tiles(jam *j, int f) {
+ * tiles inside the domain around the items of its body that hold such a loop, each point loop
+ * tw long, the accumulator arrays a tile's row. That reorders only independent points: it holds
+ * when every point loop of the widest extent ep is innermost, the innermost parallel loop's
+ * block has loops only, the accumulator arrays are read and written only at their point loop's
+ * own point, nothing outside a point loop reads a value computed inside one, and a buffer the
+ * kernel writes is stored and read only inside point loops at one index (an epilogue reading
+ * back what the layer stored). Items whose point loops are narrower and fit f times over (the
+ * 64 -> 2 logits beside the critic's 4 -> 64 layer) stay outside the tiles, run once, when they
+ * share nothing written with the tiled ones; their order against the tiles does not matter
+ * then. Every point sees exactly what it saw: the same bits. Sets j->tile_ep, j->point,
+ * j->tiled and j->tlocal when so. */
+static int64_t tiles_of(jam *j, int f) {
   const lm_kernel *k = j->k;
   lm_exprs *x = j->x;
   int64_t ep = 0;
-  if (k->nloops >= 63) return;
+  int32_t tp = k->npar - 1;
+  if (k->nloops >= 63 || tp < 0) return 0;
   for (size_t l = 1; l < k->nloops; l++) {
     if (!j->inside[l] || !k->loops[l].point) continue;
     const lm_xnode *e = lm_x_node(x, k->loops[l].extent);
-    if (e->op != LM_X_CONST || (ep && e->v != ep)) return;
-    ep = e->v;
-    j->point[l] = 1;
+    if (e->op != LM_X_CONST) return 0;
+    if (e->v > ep) ep = e->v;
   }
-  if (!ep || ep % j->tw || ep * f <= j->regs) return;
+  if (!ep || ep % j->tw || ep * f <= j->regs) return 0;
+  int32_t top[64]; /* per loop inside the domain: its item in the innermost parallel loop's block */
+  for (size_t l = 0; l < k->nloops; l++) {
+    int32_t t = (int32_t)l;
+    while (t >= 0 && k->loops[t].parent != tp) t = k->loops[t].parent;
+    top[l] = (int32_t)l > tp ? t : -1;
+  }
+  for (size_t l = 1; l < k->nloops; l++) {
+    if (!j->inside[l] || !k->loops[l].point || top[l] < 0) continue;
+    int64_t e = lm_x_node(x, k->loops[l].extent)->v;
+    if (e == ep) j->point[l] = j->tiled[top[l]] = 1;
+    else if (e * f > j->regs) return 0;
+  }
+  for (size_t l = 0; l < k->nloops; l++) j->tiled[l] = top[l] >= 0 && j->tiled[top[l]];
   for (size_t l = 1; l < k->nloops; l++)
-    if (k->loops[l].parent >= 0 && j->point[k->loops[l].parent]) return; /* innermost */
-  const lm_block *pb = &k->loops[k->npar - 1].body; /* the tiles run inside the domain */
+    if (k->loops[l].parent >= 0 && j->point[k->loops[l].parent]) return 0; /* innermost */
+  const lm_block *pb = &k->loops[tp].body; /* the tiles run inside the domain */
   for (size_t i = 0; i < pb->n; i++)
-    if (!pb->items[i].is_loop) return;
-  for (size_t i = 0; i < k->nlocals; i++)
-    if (j->own[i] && k->locals[i] != ep) return;
+    if (!pb->items[i].is_loop) return 0;
   lm_expr canon[64];
   for (size_t l = 0; l < k->nloops; l++) canon[l] = lm_x_var(x, j->point[l] ? 63 : (int)l);
-  lm_expr at[64] = {0}; /* per written buffer (by its place in k->bufs): the one index */
+  lm_expr at[64] = {0};        /* per buffer written (by its place in k->bufs): the one index */
+  uint8_t side[64] = {0};      /* per buffer written: 1 read or written in tiles, 2 outside them */
+  uint8_t *lside = j->tlocal; /* per local array: the same, 1 marking a tile's row */
   for (size_t i = 0; i < k->nstmts; i++) {
     const lm_stmt *s = &k->stmts[i];
-    if (!stmt_inside(j, s)) continue;
-    int in_point = j->point[s->loop];
-    int ops = lm_sop_operands(s->op);
-    if (!in_point && (((ops & LM_OPND_A) && stmt_inside(j, &k->stmts[s->a]) && j->point[k->stmts[s->a].loop]) ||
-                      ((ops & LM_OPND_B) && stmt_inside(j, &k->stmts[s->b]) && j->point[k->stmts[s->b].loop])))
-      return;
+    if (!stmt_inside(j, s) || s->loop <= tp) continue;
+    int in_point = j->point[s->loop], tiled = j->tiled[s->loop], ops = lm_sop_operands(s->op);
+    for (int o = 0; o < 2; o++) { /* values cross neither out of a point loop nor between sides */
+      if (!(ops & (o ? LM_OPND_B : LM_OPND_A))) continue;
+      const lm_stmt *v = &k->stmts[o ? s->b : s->a];
+      if (stmt_inside(j, v) && v->loop > tp && ((!in_point && j->point[v->loop]) || j->tiled[v->loop] != tiled)) return 0;
+    }
     if (s->op != LM_S_LOAD && s->op != LM_S_STORE) continue;
     if (s->local) {
-      if (j->own[s->buf] && (!in_point || s->idx != lm_x_var(x, s->loop) || (s->valid && !lm_x_is_const(x, s->valid, 1))))
-        return;
+      if (!j->own[s->buf]) continue;
+      if ((lside[s->buf] && lside[s->buf] != 2 - tiled) || (tiled && k->locals[s->buf] != ep)) return 0;
+      lside[s->buf] = (uint8_t)(2 - tiled);
+      if (tiled && (!in_point || s->idx != lm_x_var(x, s->loop) || (s->valid && !lm_x_is_const(x, s->valid, 1))))
+        return 0;
       continue;
     }
     if (!lm_kernel_writes_buf(k, s->buf)) continue;
     size_t b = 0;
     while (b < k->nbufs && k->bufs[b] != s->buf) b++;
+    if (b >= 64 || (side[b] && side[b] != 2 - tiled)) return 0;
+    side[b] = (uint8_t)(2 - tiled);
+    if (!tiled) continue;
     lm_expr e = lm_x_simplify(x, lm_x_subst(x, s->idx, canon, (int)k->nloops), NULL);
-    if (!in_point || b >= 64 || !e || (at[b] && at[b] != e)) return;
+    if (!in_point || !e || (at[b] && at[b] != e)) return 0;
     at[b] = e;
   }
-  j->tile_ep = ep;
+  for (size_t i = 0; i < k->nlocals; i++) j->tlocal[i] = lside[i] == 1;
+  return ep;
+}
+
+static void plan_tiles(jam *j, int f) {
+  j->tile_ep = tiles_of(j, f);
+  if (j->tile_ep) return;
+  memset(j->point, 0, j->k->nloops);
+  memset(j->tiled, 0, j->k->nloops);
+  memset(j->tlocal, 0, j->k->nlocals);
 }
 
 /* A plain parallel outer loop: no lanes, vectors, work-groups or searched schedule. */
@@ -316,9 +352,11 @@ static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f, int 
   j.smap = lm_calloc(k->nstmts * (size_t)f + 1, sizeof *j.smap);
   j.vmap = lm_calloc(k->nloops + 1, sizeof *j.vmap);
   j.point = lm_calloc(k->nloops + 1, 1);
+  j.tiled = lm_calloc(k->nloops + 1, 1);
+  j.tlocal = lm_calloc(k->nlocals + 1, 1);
   j.major = lm_calloc(k->nlocals + 1, 1);
   int done = 0;
-  if (!plain(k) || !j.inside || !j.dep || !j.own || !j.lmap || !j.smap || !j.vmap || !j.point || !j.major) goto out;
+  if (!plain(k) || !j.inside || !j.dep || !j.own || !j.lmap || !j.smap || !j.vmap || !j.point || !j.tiled || !j.tlocal || !j.major) goto out;
   for (size_t l = 0; l < k->nloops; l++) {
     int32_t p = (int32_t)l;
     while (p > 0) p = k->loops[p].parent;
@@ -348,7 +386,7 @@ static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f, int 
     n->loops[j.tile] = (lm_loop){.extent = lm_x_const(x, j.tile_ep / j.tw), .kind = LM_L_SERIAL, .parent = tp};
     if (!lm_block_insert(&n->loops[tp].body, 0, (lm_item){1, (uint32_t)j.tile})) goto out;
     for (size_t l = 1; l < k->nloops; l++) {
-      if (n->loops[l].parent == tp) n->loops[l].parent = j.tile;
+      if (n->loops[l].parent == tp && j.tiled[l]) n->loops[l].parent = j.tile;
       if (!j.point[l]) continue;
       n->loops[l].extent = lm_x_const(x, j.tw);
       j.vmap[l] = lm_x_add(x, lm_x_mul(x, lm_x_var(x, j.tile), lm_x_const(x, j.tw)), lm_x_var(x, (int)l));
@@ -366,7 +404,7 @@ static int jam_kernel(lm_exprs *x, const lm_kernel *k, lm_kernel *n, int f, int 
         j.lmap[i * (size_t)f + c] = j.lmap[i * (size_t)f];
         continue;
       }
-      uint32_t id = lm_kernel_add_local(n, j.tile_ep && j.own[i] ? j.tw : k->locals[i], 0);
+      uint32_t id = lm_kernel_add_local(n, j.tlocal[i] ? j.tw : k->locals[i], 0);
       if (id == UINT32_MAX) j.ok = 0;
       j.lmap[i * (size_t)f + c] = id;
     }
@@ -380,6 +418,8 @@ out:
   lm_free(j.smap);
   lm_free(j.vmap);
   lm_free(j.point);
+  lm_free(j.tiled);
+  lm_free(j.tlocal);
   lm_free(j.major);
   return done;
 }

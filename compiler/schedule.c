@@ -686,6 +686,7 @@ static void copy_serial(mg *m, uint32_t bloop, int32_t parent, int32_t before) {
   const lm_loop *lp = &m->b->loops[bloop];
   int32_t nl = place_loop(m, parent, before, lp->extent, (lm_loopkind)lp->kind);
   if (nl < 0) return;
+  m->a->loops[nl].point = lp->point; /* jam's tiles run over point loops (jam.c, plan_tiles) */
   m->vmap[bloop] = lm_x_var(m->x, nl);
   for (size_t j = 0; j < lp->body.n && m->ok; j++) {
     lm_item it = lp->body.items[j];
