@@ -12,6 +12,7 @@
 #include "gpu.h"
 #include "passes.h"
 #include "search/search.h"
+#include "search/term.h"
 
 lm_status lm_compile(const lm_graph_t *g, const lm_scan_info *scan, lm_compiled *out) {
   return lm_compile_ex(g, scan, NULL, out);
@@ -26,6 +27,8 @@ typedef struct pass_ctx {
   const lm_compile_options *opts;
   int lanes_headed; /* a scan lowered for SIMD lanes: no interchange, no search */
   int stepwise;     /* a scan's step plan that runs T times (its step could not be fused) */
+  int lanes;        /* a fused scan's envs per SIMD block (opts->lanes, or a variant's) */
+  uint64_t off;     /* rows of the table switched off (bit i: row i), a variant's */
 } pass_ctx;
 
 static int scanning(const pass_ctx *c) { return c->scan && c->scan->active; }
@@ -48,7 +51,7 @@ static int when_always(const pass_ctx *c) {
   (void)c;
   return 1;
 }
-static int when_lanes(const pass_ctx *c) { return c->opts->lanes > 1; }
+static int when_lanes(const pass_ctx *c) { return c->lanes > 1; }
 static int when_gpu(const pass_ctx *c) { return c->opts->gpu != NULL; }
 static int when_finite(const pass_ctx *c) { return c->plan->g->finite; }
 
@@ -70,7 +73,7 @@ static int when_plain_cpu(const pass_ctx *c) { return when_cpu_plan(c) && !scann
 static int when_partial(const pass_ctx *c) { return when_plain_cpu(c) && c->plan->g->contract; }
 static int run_partial(pass_ctx *c) { return lm_schedule_partial(c->plan); }
 static int run_assign(pass_ctx *c) { return lm_plan_assign_in_place(c->plan); }
-static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->opts->lanes); }
+static int run_lanes(pass_ctx *c) { return lm_scan_lanes(c->plan, c->lanes); }
 static int on_lane_kernels(pass_ctx *c, int (*f)(lm_kernel *, lm_exprs *)) {
   int n = 0;
   for (size_t i = 0; i < c->plan->nkernels; i++) {
@@ -122,8 +125,9 @@ static const pass passes[] = {
     {{"lower", "all", "always", NULL,
       "the default schedule: kernels for materialised nodes, the rest inlined, statements hoisted (lower.c)"},
      FRONT, NULL, NULL},
-    {{"search", "all", "a search budget (or a tuning cache to apply), not a scan", "LUMEN_SEARCH_BUDGET=0",
-      "e-graph search over each hot kernel, candidates timed on the device (search/)"},
+    {{"search", "all", "a search budget (or a tuning cache to apply)", "LUMEN_SEARCH_BUDGET=0",
+      "e-graph search over each hot kernel, candidates timed on the device (search/); a fused scan's kernel "
+      "(cpu): whole variants of the SCAN rows timed, the lanes narrower or one row off (run_scan_rows)"},
      PLAN, when_search, run_search},
     {{"interchange", "c", "a vector cpu, not searched, not a scan headed for lanes", "LUMEN_NO_INTERCHANGE",
       "reductions in i-k-j order over local rows, staged operands, serial loops split at divisions (schedule.c)"},
@@ -201,10 +205,88 @@ static int switched_off(const char *sw) {
 static lm_status run_stage(int stage, pass_ctx *c) {
   for (int i = 0; i < NPASSES; i++) {
     const pass *p = &passes[i];
-    if (p->stage != stage || !p->when(c) || switched_off(p->info.off)) continue;
+    if (p->stage != stage || c->off >> i & 1 || !p->when(c) || switched_off(p->info.off)) continue;
     if (p->run(c) < 0) return lm_fail(LM_ERR_NOMEM, "out of memory in the %s pass", p->info.name);
   }
   return LM_OK;
+}
+
+/* ---------------------------------------------------------------- the fused scan searched */
+
+/* A fused scan's kernel holds the env's local arrays, which the search's e-graph does not
+ * represent; under a search its schedule is chosen among whole variants of the SCAN rows,
+ * each built and timed by the search (lm_search_variants_on): the lanes at half, a quarter and
+ * an eighth of the default width (at least 8 envs a block), and each row after the lanes
+ * switched off in turn. Variant 0 is the rows as the table has them, the search's cheapest
+ * static choice. */
+enum { SCAN_NARROWER = 3 };
+
+typedef struct scan_search {
+  const pass_ctx *base; /* the fused plan before the SCAN rows */
+  int rows[NPASSES], nrows;
+} scan_search;
+
+/* Variant v's lane width and switched-off rows; 0 when there is no such variant. */
+static int scan_variant(const scan_search *s, int v, int *lanes, uint64_t *off) {
+  *lanes = s->base->lanes;
+  *off = 0;
+  if (v == 0) return 1;
+  if (v <= SCAN_NARROWER) {
+    *lanes = s->base->lanes >> v;
+    return *lanes >= 8;
+  }
+  v -= SCAN_NARROWER + 1;
+  if (v >= s->nrows) return 0;
+  *off = (uint64_t)1 << s->rows[v];
+  return 1;
+}
+
+static lm_status make_scan_variant(void *ctx, int v, lm_kernel **ks, size_t *nk, char *name, size_t cap) {
+  const scan_search *s = ctx;
+  int lanes;
+  uint64_t off;
+  if (!scan_variant(s, v, &lanes, &off)) return lm_fail(LM_ERR_INVALID, "no scan variant %d", v);
+  const lm_plan *p = s->base->plan;
+  lm_plan copy = *p;
+  copy.kernels = lm_calloc(p->nkernels + 1, sizeof *copy.kernels);
+  copy.kernelcap = p->nkernels + 1;
+  if (!copy.kernels) return LM_ERR_NOMEM;
+  lm_status st = LM_OK;
+  for (size_t i = 0; i < p->nkernels && st == LM_OK; i++) st = sk_kernel_copy(&p->kernels[i], &copy.kernels[i]);
+  pass_ctx c = *s->base;
+  c.plan = &copy;
+  c.lanes = lanes;
+  c.off = off;
+  if (st == LM_OK) st = run_stage(SCAN, &c);
+  if (st == LM_OK) st = run_stage(DEVICE, &c);
+  for (size_t i = 0; i < copy.nkernels && p->g->contract; i++) copy.kernels[i].fast_exp = 1; /* as lm_compile_ex */
+  if (st != LM_OK) {
+    for (size_t i = 0; i < p->nkernels; i++) lm_kernel_free(&copy.kernels[i]);
+    lm_free(copy.kernels);
+    return st;
+  }
+  *ks = copy.kernels;
+  *nk = copy.nkernels;
+  if (off) snprintf(name, cap, "lanes-%d-no-%s", lanes, passes[__builtin_ctzll(off)].info.name);
+  else snprintf(name, cap, "lanes-%d", lanes);
+  return LM_OK;
+}
+
+/* The SCAN rows on c's fused plan: the search's choice among their variants where a search
+ * runs, else as the table has them. */
+static lm_status run_scan_rows(pass_ctx *c) {
+  const lm_search_options *o = c->opts->search;
+  if (!o || !(o->budget_s > 0 || (o->cache_only && o->use_cache)) || c->opts->device || c->lanes < 2)
+    return run_stage(SCAN, c);
+  scan_search s = {.base = c};
+  for (int i = 0; i < NPASSES; i++)
+    if (passes[i].stage == SCAN && passes[i].run != run_lanes) s.rows[s.nrows++] = i;
+  lm_search_variants vs = {1 + SCAN_NARROWER + s.nrows, make_scan_variant, &s, (int)c->scan->sym_T};
+  int v = 0, lanes;
+  uint64_t off;
+  if (lm_search_variants_on(c->plan, NULL, o, NULL, &vs, &v) != LM_OK || !scan_variant(&s, v, &lanes, &off)) v = 0;
+  scan_variant(&s, v, &c->lanes, &c->off);
+  return run_stage(SCAN, c);
 }
 
 /* lower, then the PLAN rows */
@@ -213,7 +295,8 @@ static lm_status lower_plan(lm_compiled *out, const lm_scan_info *scan, const lm
   lm_plan_free(out->plan);
   out->plan = NULL;
   lm_status st = lm_lower(out->g, &out->plan);
-  pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes_headed, .stepwise = stepwise};
+  pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes_headed, .stepwise = stepwise,
+               .lanes = opts->lanes};
   return st == LM_OK ? run_stage(PLAN, &c) : st;
 }
 
@@ -240,18 +323,18 @@ lm_status lm_compile_ex(const lm_graph_t *g, const lm_scan_info *scan, const lm_
       out->fused = 1;
       for (size_t i = 0; i < fused->nkernels && !out->envs; i++)
         if (fused->kernels[i].npar > 0) out->envs = fused->kernels[i].loops[0].extent;
-      pass_ctx c = {.plan = fused, .scan = scan, .opts = opts, .lanes_headed = lanes};
-      st = run_stage(SCAN, &c);
+      pass_ctx c = {.plan = fused, .scan = scan, .opts = opts, .lanes_headed = lanes, .lanes = opts->lanes};
+      st = run_scan_rows(&c);
       out->lanes = 1;
       for (size_t i = 0; i < fused->nkernels; i++)
-        if (lane_form(&fused->kernels[i])) out->lanes = opts->lanes;
+        if (lane_form(&fused->kernels[i])) out->lanes = c.lanes;
     } else if (st == LM_ERR_UNSUPPORTED && (lanes || opts->join)) /* the step plan runs T times: */
       st = lower_plan(out, scan, opts, 0, 1); /* lowered again where a plain plan's passes differ */
     else if (st == LM_ERR_UNSUPPORTED)
       st = LM_OK;
   }
   if (st == LM_OK) {
-    pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes};
+    pass_ctx c = {.plan = out->plan, .scan = scan, .opts = opts, .lanes_headed = lanes, .lanes = opts->lanes};
     st = run_stage(DEVICE, &c);
   }
   /* a graph that allows contraction: its kernels may fuse a*b + c (the C dialect's FMAs; jam's

@@ -1413,6 +1413,93 @@ static int occurrences(const char *text, const char *what) {
   return n;
 }
 
+/* A step of 16 floats an env: a tanh layer over the carried state (its W a parameter) and a
+ * per-step input, and a damping sum over the state, as a policy and an env would be. */
+static lm_graph_t *scan_step_graph(void) {
+  lm_graph_t *g = lm_graph_new();
+  lm_dim N = lm_sym(g, "N");
+  lm_tensor h = lm_input(g, "h", LM_ROLE_STATE, 2, (lm_dim[]){N, 16});
+  lm_tensor x = lm_input(g, "x", LM_ROLE_DATA, 2, (lm_dim[]){N, 16});
+  lm_tensor w = lm_input(g, "W", LM_ROLE_PARAM, 2, (lm_dim[]){16, 16});
+  lm_tensor t = lm_tanh(lm_add(lm_matmul(h, w), x));
+  lm_tensor h2 = lm_mul(t, lm_recip(lm_add_scalar(lm_mul_scalar(lm_sum(lm_square(h), 1, 1), 0.01f), 1.0f)));
+  OK(lm_output(h2, "y"));
+  OK(lm_assign(h, h2));
+  return g;
+}
+
+/* The fused scan's kernel (which the e-graph does not represent) is searched as whole variants
+ * of its passes (compile.c): on a frozen clock every variant is built, checked against the
+ * default bit for bit on the same inputs and timed, the lanes at 64, 32, 16 and 8 and each later
+ * pass off; the choice is cached, and a compile with no budget takes it from the cache. The
+ * programs, searched or not, give the same bits. */
+Test(search, a_fused_scans_schedule_is_chosen_among_whole_variants_of_its_passes) {
+  char *dir = temp_dir(), logp[4200];
+  snprintf(logp, sizeof logp, "%s/log.txt", dir);
+  lm_graph_t *g = scan_step_graph();
+  lm_graph_t *gc = lm_graph_clone(g);
+  int sym = lm_x_symbol(&gc->x, "T", 1);
+  cr_assert(sym >= 0 && gc->ninputs == 3);
+  uint8_t per[3] = {0, 1, 0}; /* x is fed per step */
+  lm_scan_info scan = {1, sym, 0, per};
+  lm_search_options o = opts(dir);
+  o.log_path = logp;
+  lm_compile_options co = {.search = &o, .interchange = 1, .stage = 1, .lanes = LM_CPU_SCAN_LANES, .join = 1};
+  lm_compiled comp;
+  OK(lm_compile_ex(gc, &scan, &co, &comp));
+  cr_assert(comp.fused, "the scan was not fused");
+  lm_compiled_free(&comp);
+  char *log = slurp(logp);
+  int timed = occurrences(log, " us\nvariants: "), chosen = occurrences(log, ") chosen, ");
+  cr_assert_eq(chosen, 1, "%d choices among the scan's variants:\n%s", chosen, log);
+  cr_assert_geq(timed, 8, "%d variants timed (9 expected):\n%s", timed + 1, log);
+  cr_assert(strstr(log, "(lanes-32)") && strstr(log, "(lanes-8)") && strstr(log, "-no-inplace)") &&
+                strstr(log, "-no-lazy)") && !strstr(log, "WRONG"),
+            "%s", log);
+  free(log);
+  o.budget_s = 0; /* the cache's choice */
+  o.cache_only = 1;
+  remove(logp);
+  OK(lm_compile_ex(gc, &scan, &co, &comp));
+  lm_compiled_free(&comp);
+  log = slurp(logp);
+  cr_assert(strstr(log, "variants: from the cache: "), "%s", log);
+  free(log);
+  lm_graph_free(gc);
+  /* the programs: searched (a real clock, a small budget) and not */
+  float *out[2];
+  for (int searched = 0; searched < 2; searched++) {
+    if (searched) setenv("LUMEN_SEARCH_BUDGET", "0.3", 1);
+    setenv("LUMEN_SEARCH_CACHE", "0", 1);
+    lm_backend_t *b = lm_backend_new("cpu");
+    lm_program_t *p = b ? lm_program_new_scan(b, g, "T", 0, (const char *[]){"x"}, 1) : NULL;
+    unsetenv("LUMEN_SEARCH_BUDGET");
+    unsetenv("LUMEN_SEARCH_CACHE");
+    cr_assert(p, "%s", lm_last_error());
+    enum { T = 7, N = 70 };
+    OK(lm_program_bind(p, "T", T));
+    OK(lm_program_bind(p, "N", N));
+    check_rng r = check_rng_new(5);
+    float h[N * 16], x[T * N * 16], w[256];
+    check_fill(&r, h, N * 16, -1, 1, 0);
+    check_fill(&r, x, T * N * 16, -1, 1, 0);
+    check_fill(&r, w, 256, -0.5, 0.5, 0);
+    OK(lm_program_write(p, "h", h, N * 16));
+    OK(lm_program_write(p, "x", x, T * N * 16));
+    OK(lm_program_write(p, "W", w, 256));
+    OK(lm_program_run(p));
+    out[searched] = malloc(T * N * 16 * sizeof(float));
+    OK(lm_program_read(p, "y", out[searched], T * N * 16));
+    lm_program_free(p);
+    lm_backend_free(b);
+  }
+  check_same_bits("y searched against the default", out[1], out[0], 7 * 70 * 16);
+  free(out[0]), free(out[1]);
+  lm_graph_free(g);
+  remove_dir(dir);
+  free(dir);
+}
+
 /* The kernel a cache term gives kernel 0 of p, parsed and emitted as the search reads a cached
  * winner; 0 when it does not parse or emit. */
 static int term_kernel(lm_plan *p, const char *text, lm_kernel *k) {

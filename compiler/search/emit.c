@@ -128,6 +128,8 @@ lm_status sk_kernel_copy(const lm_kernel *src, lm_kernel *dst) {
   dst->fixed = src->fixed;
   dst->measured = src->measured;
   dst->contract = src->contract;
+  dst->finite = src->finite;
+  dst->fast_exp = src->fast_exp;
   if (ok && src->nshared) {
     ok = (dst->shared = lm_malloc(src->nshared)) != NULL;
     if (ok) memcpy(dst->shared, src->shared, src->nshared), dst->nshared = dst->sharedcap = src->nshared;

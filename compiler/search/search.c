@@ -1843,6 +1843,156 @@ done:
   sk_free(&s);
 }
 
+/* ---------------------------------------------------------------- whole variants of a plan */
+
+typedef struct variant {
+  lm_kernel *ks;
+  size_t nk;
+  void **fns;
+  double t;
+  char name[64];
+} variant;
+
+/* Runs variant v's kernels once on the inputs of `seed`. */
+static void run_variant(sctx *c, const variant *v, uint64_t seed) {
+  skb_fill(&c->bench, seed);
+  for (size_t i = 0; i < v->nk; i++) skb_launch(&c->bench, &v->ks[i], v->fns[i]);
+  skb_pull(&c->bench, NULL);
+}
+
+/* Do the plan's inputs and outputs hold ref's bits? (ref: NULL copies them into *keep) */
+static int same_io(sctx *c, float **ref) {
+  for (size_t b = 0; b < c->plan->nbufs; b++) {
+    if (c->plan->bufs[b].kind == LM_BUF_TEMP) continue;
+    size_t n = c->bench.count[b] * sizeof(float);
+    if (!ref[b]) {
+      if (!(ref[b] = lm_malloc(n + sizeof(float)))) return 0;
+      memcpy(ref[b], c->bench.bufs[b], n);
+    } else if (memcmp(ref[b], c->bench.bufs[b], n))
+      return 0;
+  }
+  return 1;
+}
+
+static void variant_stage(sctx *c, const lm_search_variants *vs, int *chosen) {
+  variant *v = lm_calloc((size_t)vs->n + 1, sizeof *v);
+  float **ref = lm_calloc(c->plan->nbufs + 1, sizeof *ref);
+  char *pre = lm_render_prelude(c->dialect);
+  if (!v || !ref || !pre) goto done;
+  /* the key: the plan and the default's name (a scan's wide and narrow forms share the plan) */
+  if (vs->make(vs->ctx, 0, &v[0].ks, &v[0].nk, v[0].name, sizeof v[0].name) != LM_OK) goto done;
+  lm_sb sb = {0};
+  lm_plan_dump(c->plan, &sb);
+  lm_sb_printf(&sb, "variants of %s", v[0].name);
+  char *text = lm_sb_take(&sb);
+  if (!text) goto done;
+  uint64_t key = key_of(c, text, "variants");
+  lm_free(text);
+  const char *cached = skc_get(&c->cache, key);
+  int idx = -1, at = 0;
+  char name[64];
+  if (cached && sscanf(cached, "V %d %63s%n", &idx, name, &at) == 2 && at > 0 && idx >= 0 && idx < vs->n) {
+    char made[64] = "";
+    lm_kernel *ks = NULL;
+    size_t nk = 0;
+    if (vs->make(vs->ctx, idx, &ks, &nk, made, sizeof made) == LM_OK && !strcmp(made, name)) {
+      *chosen = idx;
+      c->rep->from_cache++;
+      logf_(c, "variants: from the cache: %d (%s)\n", idx, name);
+    } else
+      logf_(c, "variants: the cache's choice %d (%s) is not this compiler's variant %d (%s): ignored\n", idx, name,
+            idx, made);
+    for (size_t i = 0; i < nk; i++) lm_kernel_free(&ks[i]);
+    lm_free(ks);
+    if (*chosen == idx) goto done;
+  }
+  if (!(c->o->budget_s > 0) || ensure_bench(c) != LM_OK) goto done;
+  for (size_t b = 0; vs->io_sym >= 0 && b < c->plan->nbufs; b++) { /* T steps of each */
+    if (c->plan->bufs[b].kind == LM_BUF_TEMP) continue;
+    size_t n = c->bench.count[b] * (size_t)c->syms[vs->io_sym];
+    float *f = lm_malloc_aligned((n + 16) * sizeof(float));
+    if (!f) goto done;
+    lm_free(c->bench.bufs[b]);
+    c->bench.bufs[b] = f;
+    c->bench.count[b] = n;
+  }
+  int built = 0;
+  for (int i = 0; i < vs->n && (i == 0 || time_left(c)); i++) {
+    if (i && vs->make(vs->ctx, i, &v[i].ks, &v[i].nk, v[i].name, sizeof v[i].name) != LM_OK) {
+      logf_(c, "variants: %d not made: %s\n", i, lm_last_error());
+      continue;
+    }
+    lm_sb tu = {0};
+    lm_sb_puts(&tu, pre);
+    char fn[48];
+    lm_status st = LM_OK;
+    for (size_t k = 0; k < v[i].nk && st == LM_OK; k++) {
+      snprintf(fn, sizeof fn, "sv%d_%zu", i, k);
+      st = add_source(c, &tu, &v[i].ks[k], fn);
+    }
+    char *src = lm_sb_take(&tu);
+    void *lib = st == LM_OK && src ? build_tu(c, src) : NULL;
+    lm_free(src);
+    v[i].fns = lib ? lm_calloc(v[i].nk + 1, sizeof *v[i].fns) : NULL;
+    for (size_t k = 0; v[i].fns && k < v[i].nk; k++) {
+      snprintf(fn, sizeof fn, "sv%d_%zu", i, k);
+      if (!(v[i].fns[k] = sym_fn(c, lib, fn, &v[i].ks[k]))) lm_free(v[i].fns), v[i].fns = NULL;
+    }
+    if (!v[i].fns) {
+      logf_(c, "variants: %d (%s) did not build\n", i, v[i].name);
+      if (i == 0) goto done;
+      continue;
+    }
+    run_variant(c, &v[i], c->o->seed + 29);
+    if (!same_io(c, ref)) {
+      c->rep->wrong++;
+      logf_(c, "variants: %d (%s) is WRONG: its inputs and outputs differ from the default's\n", i, v[i].name);
+      lm_free(v[i].fns);
+      v[i].fns = NULL;
+      continue;
+    }
+    v[i].t = INFINITY;
+    built++;
+  }
+  /* timed in turns, so that each sees the same load; each from the same inputs */
+  double share = (c->deadline - now_(c)) / (3.0 * (built > 0 ? built : 1));
+  if (share > 0.5) share = 0.5;
+  if (share < 0.02) share = 0.02;
+  for (int r = 0; r < 3; r++)
+    for (int i = 0; i < vs->n; i++) {
+      if (!v[i].fns) continue;
+      skb_fill(&c->bench, c->o->seed + 31);
+      double t = time_seq(c, v[i].ks, v[i].fns, v[i].nk, share);
+      if (t < v[i].t) v[i].t = t;
+      c->rep->candidates += r == 0;
+    }
+  int best = 0;
+  for (int i = 0; i < vs->n; i++) {
+    if (!v[i].fns) continue;
+    logf_(c, "variants: %d (%s) %.2f us\n", i, v[i].name, 1e6 * v[i].t);
+    if (v[i].t < v[best].t) best = i;
+  }
+  if (!(v[best].t < 0.97 * v[0].t)) best = 0;
+  c->rep->searched++;
+  c->rep->default_s += v[0].t;
+  c->rep->best_s += v[best].t;
+  logf_(c, "variants: %d (%s) chosen, %.2f us against the default's %.2f\n", best, v[best].name, 1e6 * v[best].t,
+        1e6 * v[0].t);
+  char val[160];
+  snprintf(val, sizeof val, "V %d %s %.3f %.3f", best, v[best].name, 1e6 * v[0].t, 1e6 * v[best].t);
+  if (skc_put(&c->cache, key, val) == LM_OK) *chosen = best;
+done:
+  for (int i = 0; v && i < vs->n; i++) {
+    for (size_t k = 0; k < v[i].nk; k++) lm_kernel_free(&v[i].ks[k]);
+    lm_free(v[i].ks);
+    lm_free(v[i].fns);
+  }
+  lm_free(v);
+  for (size_t b = 0; ref && b < c->plan->nbufs; b++) lm_free(ref[b]);
+  lm_free(ref);
+  lm_free(pre);
+}
+
 /* ---------------------------------------------------------------- entry */
 
 lm_status lm_search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts, lm_search_report *rep) {
@@ -1850,23 +2000,32 @@ lm_status lm_search_plan(lm_plan *plan, const int64_t *syms, const lm_search_opt
 }
 
 static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
-                             lm_search_report *rep, sk_trace *trace, const lm_search_device *dev);
+                             lm_search_report *rep, sk_trace *trace, const lm_search_device *dev,
+                             const lm_search_variants *vs, int *chosen);
 
 lm_status lm_search_plan_on(lm_plan *plan, const int64_t *syms, const lm_search_options *o, lm_search_report *r,
                             const lm_search_device *dev) {
   if (dev && (!dev->ops || !dev->ops->module_build || !dev->ops->module_entry || !dev->ops->launch_kernel))
     return lm_fail(LM_ERR_UNSUPPORTED, "search: the %s backend cannot time kernels one by one",
                    dev->ops ? dev->ops->name : "(no)");
-  return search_plan(plan, syms, o, r, NULL, dev);
+  return search_plan(plan, syms, o, r, NULL, dev, NULL, NULL);
+}
+
+lm_status lm_search_variants_on(lm_plan *plan, const int64_t *syms, const lm_search_options *o,
+                                const lm_search_device *dev, const lm_search_variants *vs, int *chosen) {
+  *chosen = 0;
+  if (dev) return LM_OK; /* the variants are the cpu's passes; a device times kernels one by one */
+  return search_plan(plan, syms, o, NULL, NULL, NULL, vs, chosen);
 }
 
 lm_status sk_search_plan_traced(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
                                 lm_search_report *rep, sk_trace *trace) {
-  return search_plan(plan, syms, opts, rep, trace, NULL);
+  return search_plan(plan, syms, opts, rep, trace, NULL, NULL, NULL);
 }
 
 static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search_options *opts,
-                             lm_search_report *rep, sk_trace *trace, const lm_search_device *dev) {
+                             lm_search_report *rep, sk_trace *trace, const lm_search_device *dev,
+                             const lm_search_variants *vs, int *chosen) {
   if (trace) memset(trace, 0, sizeof *trace);
   lm_search_options defaults;
   if (!opts) {
@@ -1879,7 +2038,7 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
   if (!plan || !plan->g) return lm_fail(LM_ERR_INVALID, "search: no plan");
   rep->kernels_before = rep->kernels_after = (int)plan->nkernels;
   if (!(opts->budget_s > 0) && !(opts->cache_only && opts->use_cache)) {
-    for (size_t i = 0; !dev && i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
+    for (size_t i = 0; !dev && !vs && i < plan->nkernels; i++) interchange_one(plan, &plan->kernels[i]);
     return LM_OK;
   }
   sctx c = {.o = opts, .plan = plan, .rep = rep, .rng = opts->seed ? opts->seed : 1, .trace = trace,
@@ -1937,6 +2096,11 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
     logf_(&c, "symbol %s = %lld%s\n", x->syms[i].name, (long long)c.syms[i],
           syms ? " (bound)" : x->syms[i].hint ? " (hinted)" : " (guessed)");
 
+  if (vs) {
+    variant_stage(&c, vs, chosen);
+    if (opts->use_cache && c.cache.path) skc_save(&c.cache);
+    goto done;
+  }
   plan_stage(&c);
   rep->kernels_after = (int)plan->nkernels;
   if (!(c.kr = lm_calloc(plan->nkernels + 1, sizeof *c.kr))) {
@@ -1954,7 +2118,7 @@ static lm_status search_plan(lm_plan *plan, const int64_t *syms, const lm_search
   if (opts->use_cache && c.cache.path) skc_save(&c.cache);
 done:
   /* what the search did not replace gets the default schedule's rewrite, as without a search */
-  for (size_t i = 0; !dev && i < plan->nkernels; i++) /* a device backend applies its own after */
+  for (size_t i = 0; !dev && !vs && i < plan->nkernels; i++) /* a device backend applies its own after */
     if (!won || !won[i]) interchange_one(plan, &plan->kernels[i]);
   lm_free(won);
   rep->wall_s = lm_search_now() - wall0;

@@ -31,4 +31,21 @@ typedef struct lm_search_device {
 lm_status lm_search_plan_on(lm_plan *plan, const int64_t *syms, const lm_search_options *o, lm_search_report *r,
                             const lm_search_device *dev);
 
+/* Whole variants of a plan's schedule, for a plan whose kernels the search cannot take apart (a
+ * fused scan: its kernel holds an env's local arrays, which the e-graph does not represent).
+ * make(ctx, v, ...) gives variant v's kernels over plan's buffers (allocated; the search frees
+ * them) and its name; variant 0 is the default. Every variant must leave each input and output
+ * with variant 0's bits on the same inputs; the fastest, timed as a whole, is chosen where it
+ * runs 3% faster than variant 0, and the choice cached (its number and its name, which must
+ * match to be applied again). *chosen: the variant to apply (0 on any failure). */
+typedef struct lm_search_variants {
+  int n;
+  lm_status (*make)(void *ctx, int v, lm_kernel **ks, size_t *nk, char *name, size_t cap);
+  void *ctx;
+  int io_sym; /* -1, or the symbol whose value multiplies every input's and output's floats (a
+               * fused scan reads and writes T steps of its per-step arrays) */
+} lm_search_variants;
+lm_status lm_search_variants_on(lm_plan *plan, const int64_t *syms, const lm_search_options *o,
+                                const lm_search_device *dev, const lm_search_variants *vs, int *chosen);
+
 #endif
