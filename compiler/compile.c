@@ -223,16 +223,18 @@ enum { SCAN_NARROWER = 3 };
 
 typedef struct scan_search {
   const pass_ctx *base; /* the fused plan before the SCAN rows */
+  int lanes;            /* variant 0's envs a block */
   int rows[NPASSES], nrows;
+  char tag[32];         /* variant 0's name */
 } scan_search;
 
 /* Variant v's lane width and switched-off rows; 0 when there is no such variant. */
 static int scan_variant(const scan_search *s, int v, int *lanes, uint64_t *off) {
-  *lanes = s->base->lanes;
+  *lanes = s->lanes;
   *off = 0;
   if (v == 0) return 1;
   if (v <= SCAN_NARROWER) {
-    *lanes = s->base->lanes >> v;
+    *lanes = s->lanes >> v;
     return *lanes >= 8;
   }
   v -= SCAN_NARROWER + 1;
@@ -278,14 +280,14 @@ static lm_status run_scan_rows(pass_ctx *c) {
   const lm_search_options *o = c->opts->search;
   if (!o || !(o->budget_s > 0 || (o->cache_only && o->use_cache)) || c->opts->device || c->lanes < 2)
     return run_stage(SCAN, c);
-  scan_search s = {.base = c};
+  scan_search s = {.base = c, .lanes = c->lanes};
   for (int i = 0; i < NPASSES; i++)
     if (passes[i].stage == SCAN && passes[i].run != run_lanes) s.rows[s.nrows++] = i;
-  lm_search_variants vs = {1 + SCAN_NARROWER + s.nrows, make_scan_variant, &s, (int)c->scan->sym_T};
-  int v = 0, lanes;
-  uint64_t off;
-  if (lm_search_variants_on(c->plan, NULL, o, NULL, &vs, &v) != LM_OK || !scan_variant(&s, v, &lanes, &off)) v = 0;
-  scan_variant(&s, v, &c->lanes, &c->off);
+  snprintf(s.tag, sizeof s.tag, "lanes-%d", s.lanes);
+  lm_search_variants vs = {1 + SCAN_NARROWER + s.nrows, make_scan_variant, &s, (int)c->scan->sym_T, s.tag};
+  int v = 0;
+  if (lm_search_variants_on(c->plan, NULL, o, NULL, &vs, &v) != LM_OK || !scan_variant(&s, v, &c->lanes, &c->off))
+    scan_variant(&s, 0, &c->lanes, &c->off);
   return run_stage(SCAN, c);
 }
 

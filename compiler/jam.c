@@ -18,7 +18,6 @@
  * Not a rewrite rule: rules live in the search's e-graph and need a budget and a device to time
  * their candidates; this is the static default the search starts from (it leaves searched,
  * `fixed`, kernels alone), as the interchange before it. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "loopir.h"
@@ -196,7 +195,7 @@ enum { MEM_FLOATS = 512 };
 static void register_file(int64_t *regs, int64_t *tw) {
   int wide = 0;
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-  wide = __builtin_cpu_supports("avx512f") || getenv("LM_WIDE");
+  wide = __builtin_cpu_supports("avx512f");
 #endif
   *regs = wide ? 256 : 64;
   *tw = wide ? 64 : 16;

@@ -1860,7 +1860,8 @@ static void run_variant(sctx *c, const variant *v, uint64_t seed) {
   skb_pull(&c->bench, NULL);
 }
 
-/* Do the plan's inputs and outputs hold ref's bits? (ref: NULL copies them into *keep) */
+/* Do the plan's inputs and outputs hold ref's bits? Where ref[b] is NULL, buffer b is copied
+ * into it (variant 0's run). */
 static int same_io(sctx *c, float **ref) {
   for (size_t b = 0; b < c->plan->nbufs; b++) {
     if (c->plan->bufs[b].kind == LM_BUF_TEMP) continue;
@@ -1879,11 +1880,9 @@ static void variant_stage(sctx *c, const lm_search_variants *vs, int *chosen) {
   float **ref = lm_calloc(c->plan->nbufs + 1, sizeof *ref);
   char *pre = lm_render_prelude(c->dialect);
   if (!v || !ref || !pre) goto done;
-  /* the key: the plan and the default's name (a scan's wide and narrow forms share the plan) */
-  if (vs->make(vs->ctx, 0, &v[0].ks, &v[0].nk, v[0].name, sizeof v[0].name) != LM_OK) goto done;
   lm_sb sb = {0};
   lm_plan_dump(c->plan, &sb);
-  lm_sb_printf(&sb, "variants of %s", v[0].name);
+  lm_sb_printf(&sb, "variants of %s", vs->tag);
   char *text = lm_sb_take(&sb);
   if (!text) goto done;
   uint64_t key = key_of(c, text, "variants");
@@ -1895,7 +1894,8 @@ static void variant_stage(sctx *c, const lm_search_variants *vs, int *chosen) {
     char made[64] = "";
     lm_kernel *ks = NULL;
     size_t nk = 0;
-    if (vs->make(vs->ctx, idx, &ks, &nk, made, sizeof made) == LM_OK && !strcmp(made, name)) {
+    int applies = vs->make(vs->ctx, idx, &ks, &nk, made, sizeof made) == LM_OK && !strcmp(made, name);
+    if (applies) {
       *chosen = idx;
       c->rep->from_cache++;
       logf_(c, "variants: from the cache: %d (%s)\n", idx, name);
@@ -1904,7 +1904,7 @@ static void variant_stage(sctx *c, const lm_search_variants *vs, int *chosen) {
             idx, made);
     for (size_t i = 0; i < nk; i++) lm_kernel_free(&ks[i]);
     lm_free(ks);
-    if (*chosen == idx) goto done;
+    if (applies) goto done;
   }
   if (!(c->o->budget_s > 0) || ensure_bench(c) != LM_OK) goto done;
   for (size_t b = 0; vs->io_sym >= 0 && b < c->plan->nbufs; b++) { /* T steps of each */
@@ -1918,8 +1918,9 @@ static void variant_stage(sctx *c, const lm_search_variants *vs, int *chosen) {
   }
   int built = 0;
   for (int i = 0; i < vs->n && (i == 0 || time_left(c)); i++) {
-    if (i && vs->make(vs->ctx, i, &v[i].ks, &v[i].nk, v[i].name, sizeof v[i].name) != LM_OK) {
+    if (vs->make(vs->ctx, i, &v[i].ks, &v[i].nk, v[i].name, sizeof v[i].name) != LM_OK) {
       logf_(c, "variants: %d not made: %s\n", i, lm_last_error());
+      if (i == 0) goto done;
       continue;
     }
     lm_sb tu = {0};

@@ -44,6 +44,8 @@ typedef struct lm_search_variants {
   void *ctx;
   int io_sym; /* -1, or the symbol whose value multiplies every input's and output's floats (a
                * fused scan reads and writes T steps of its per-step arrays) */
+  const char *tag; /* names variant 0 in the cache's key (a scan's wide and narrow forms share
+                    * their plan) */
 } lm_search_variants;
 lm_status lm_search_variants_on(lm_plan *plan, const int64_t *syms, const lm_search_options *o,
                                 const lm_search_device *dev, const lm_search_variants *vs, int *chosen);
